@@ -1,0 +1,3 @@
+from lookahead_lsp.cli import main
+
+raise SystemExit(main())

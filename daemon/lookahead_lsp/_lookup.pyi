@@ -1,0 +1,131 @@
+"""Native n-gram lookup core (C++, see native/). Token arrays are int32 numpy arrays (any
+array-like is converted); results are int32 numpy arrays. Follower arrays have shape (k, 2):
+column 0 the token id, column 1 its count, rows sorted by token id. All C++ work runs without
+the GIL."""
+
+from typing import Optional, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+TokenArray = npt.ArrayLike
+
+NGRAM_MIN: int  # 1
+NGRAM_MAX: int  # 4
+STATIC_NGRAM: int  # 2
+STATIC_FORMAT_VERSION: int
+
+class CacheError(ValueError):
+    """A cache file that cannot be used; the message is one line naming the file and the reason."""
+
+class NgramCache:
+    """Mutable n-gram cache for n = 1..4: the per-request context cache and the workspace's
+    dynamic cache. Keys whose last follower is removed disappear."""
+
+    def __init__(self, n_vocab: int) -> None: ...
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def n_keys(self) -> int: ...
+    @property
+    def n_followers(self) -> int: ...
+    @property
+    def total_count(self) -> int: ...
+    @property
+    def memory_bytes(self) -> int: ...
+    def add(self, tokens: TokenArray, first: int = 0) -> None:
+        """Count every n-gram whose follower sits at index >= first (its key may start before
+        first): add(seq) then add(seq_longer, first=len(seq)) equals add(seq_longer).
+        ValueError if a token is outside [0, n_vocab)."""
+    def remove(self, tokens: TokenArray, first: int = 0) -> int:
+        """Undo add(tokens, first). Returns how many n-gram occurrences were not present
+        (0 whenever the same tokens were added before)."""
+    def merge(self, other: "NgramCache") -> None: ...
+    def clear(self) -> None: ...
+    def followers(self, key: Sequence[int]) -> np.ndarray:
+        """Followers of a 1..4-token key (a copy); empty (0, 2) array if absent."""
+    def to_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keys (K, 4) int32 padded with -1, offsets (K + 1,) int64, followers (F, 2) int32),
+        keys in ascending order of their padded token tuples; key i owns
+        followers[offsets[i]:offsets[i + 1]]."""
+    def save_upstream(self, path: str) -> None:
+        """Write llama.cpp's lookup cache format (llama-lookup-create), atomically."""
+    @staticmethod
+    def load_upstream(path: str, n_vocab: int) -> "NgramCache":
+        """Read llama.cpp's lookup cache format; CacheError if malformed."""
+    def __eq__(self, other: object) -> bool: ...
+
+class StaticCache:
+    """Read-only 2-gram cache memory-mapped from one file. open() checks the header only;
+    verify() checks the whole-file checksum and every structural invariant. Drafting refuses
+    a cache that has not been verified."""
+
+    @staticmethod
+    def open(
+        path: str, n_vocab: Optional[int] = None, fingerprint: Optional[int] = None
+    ) -> "StaticCache":
+        """CacheError if the file is missing, truncated, of another format version, or (when
+        given) built for another vocabulary size or tokenizer fingerprint."""
+    def verify(self) -> None: ...
+    @property
+    def verified(self) -> bool: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def header(self) -> dict[str, int]:
+        """format_version, ngram_order, n_vocab, fingerprint, n_keys, n_followers, n_buckets,
+        total_count, file_size, checksum."""
+    def followers(self, t0: int, t1: int) -> np.ndarray:
+        """Followers of the 2-gram (t0, t1): a read-only view into the mapping."""
+    def to_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As NgramCache.to_arrays (keys padded with -1 after the two tokens)."""
+    def save_upstream(self, path: str) -> None: ...
+    def close(self) -> None: ...
+
+class StaticCacheBuilder:
+    """Counts 2-grams of many documents (no 2-gram spans two documents) and writes a static
+    cache file. Peak memory stays within a small multiple of the final file."""
+
+    def __init__(self, n_vocab: int) -> None: ...
+    def add(self, tokens: TokenArray) -> None: ...
+    def add_cache(self, cache: NgramCache) -> None:
+        """Add the 2-gram entries of a mutable cache (e.g. one loaded from upstream)."""
+    @property
+    def n_tokens(self) -> int: ...
+    @property
+    def memory_bytes(self) -> int: ...
+    def write(self, path: str, fingerprint: int) -> dict[str, int]:
+        """Write atomically (temp file + rename); returns the header fields."""
+
+def draft(
+    tokens: TokenArray,
+    n_draft: int,
+    context: Optional[NgramCache] = None,
+    dynamic: Optional[NgramCache] = None,
+    static: Optional[StaticCache] = None,
+) -> np.ndarray:
+    """Up to n_draft tokens predicted to follow `tokens` (llama.cpp's lookup semantics:
+    context with lax thresholds, then dynamic with strict ones, both weighted by the static
+    followers, then static alone). Ties go to the lowest token id."""
+
+def draft_tree(
+    tokens: TokenArray,
+    n_draft: int,
+    max_branches: int = 3,
+    context: Optional[NgramCache] = None,
+    dynamic: Optional[NgramCache] = None,
+    static: Optional[StaticCache] = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A small token tree of continuations: (tokens, parents), parents[i] the index of node i's
+    parent or -1 for a child of the last known token; parents come before children. Branch 0 is
+    exactly draft(); the others start with the other qualifying next tokens."""
+
+def replay(
+    tokens: TokenArray,
+    n_ctx: int,
+    n_draft: int,
+    dynamic: Optional[NgramCache] = None,
+    static: Optional[StaticCache] = None,
+) -> dict[str, int]:
+    """llama-lookup-stats' method over pre-tokenized text: n_predict, n_drafted, n_accept,
+    draft_ns. `dynamic` is updated with each chunk's context cache, as upstream does."""

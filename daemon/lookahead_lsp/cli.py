@@ -1,0 +1,88 @@
+"""Command line: argument parsing only; each command lives in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from lookahead_lsp import __version__
+
+
+def _build_cache(args: argparse.Namespace) -> int:
+    from lookahead_lsp.cache_commands import build_cache
+
+    return build_cache(args)
+
+
+def _inspect_cache(args: argparse.Namespace) -> int:
+    from lookahead_lsp.cache_commands import inspect_cache
+
+    return inspect_cache(args)
+
+
+def _lookup_stats(args: argparse.Namespace) -> int:
+    from lookahead_lsp.lookup_stats import lookup_stats
+
+    return lookup_stats(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lookahead-lsp", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"lookahead-lsp {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    build = commands.add_parser(
+        "build-cache", help="prebuild a repository's static n-gram cache"
+    )
+    build.add_argument("repo", metavar="REPO", help="repository or folder to index")
+    build.add_argument("-o", "--output", required=True, metavar="FILE", help="cache file to write")
+    build.add_argument("--model", metavar="GGUF", help="model whose tokenizer to use")
+    build.add_argument(
+        "--from-upstream",
+        metavar="FILE",
+        help="also import the 2-grams of a llama.cpp lookup cache (llama-lookup-create)",
+    )
+    build.add_argument(
+        "--max-file-kb", type=int, default=1024, help="skip files larger than this (default 1024)"
+    )
+    build.set_defaults(run=_build_cache)
+
+    inspect = commands.add_parser("inspect-cache", help="print a static cache's header and statistics")
+    inspect.add_argument("file", metavar="FILE")
+    inspect.add_argument(
+        "--verify", action="store_true", help="check the checksum and every structural invariant"
+    )
+    inspect.add_argument(
+        "--export-upstream", metavar="OUT", help="also write it in llama.cpp's lookup cache format"
+    )
+    inspect.set_defaults(run=_inspect_cache)
+
+    stats = commands.add_parser(
+        "lookup-stats", help="replay a text file through the drafter (llama-lookup-stats' method)"
+    )
+    stats.add_argument("--file", required=True, metavar="TEXT", help="text to replay")
+    stats.add_argument("--static-cache", metavar="FILE", help="static cache (ours or llama.cpp's)")
+    stats.add_argument(
+        "--dynamic-cache", metavar="FILE", help="llama.cpp lookup cache to start the dynamic cache from"
+    )
+    stats.add_argument("--n-draft", type=int, default=8, metavar="N", help="tokens per draft (8)")
+    stats.add_argument("--ctx-size", type=int, default=4096, metavar="N", help="chunk size (4096)")
+    stats.add_argument("--model", metavar="GGUF", help="model whose tokenizer to use")
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.set_defaults(run=_lookup_stats)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("lookahead-lsp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

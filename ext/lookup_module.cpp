@@ -1,0 +1,496 @@
+// Python bindings of the native lookup core: argument checks, locking and numpy conversion only.
+#include "drafter.h"
+#include "ngram_cache.h"
+#include "replay.h"
+#include "static_cache.h"
+#include "static_cache_builder.h"
+#include "upstream_format.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <shared_mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+using lookup::token_t;
+
+namespace {
+
+using TokenArray = py::array_t<token_t, py::array::c_style | py::array::forcecast>;
+
+// Raised as lookahead_lsp._lookup.CacheError: "<path>: <reason>".
+struct CacheError : std::runtime_error {
+    CacheError(const std::string& path, const std::string& reason) : std::runtime_error(path + ": " + reason) {}
+};
+
+[[noreturn]] void raise_os_error(const std::string& path, const std::string& reason) {
+    const std::string message = path + ": " + reason;
+    PyErr_SetString(PyExc_OSError, message.c_str());
+    throw py::error_already_set();
+}
+
+void check_tokens(const token_t* tokens, size_t n, uint32_t n_vocab) {
+    for (size_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= n_vocab) {
+            throw py::value_error("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+                                  " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+        }
+    }
+}
+
+uint32_t checked_vocab(int64_t n_vocab) {
+    if (n_vocab <= 0 || n_vocab > 0x7FFFFFFF) throw py::value_error("n_vocab must be in [1, 2**31)");
+    return static_cast<uint32_t>(n_vocab);
+}
+
+// A mutable cache with its vocabulary size and a reader/writer lock: the daemon drafts on one
+// thread while its index thread adds and removes files.
+struct PyNgramCache {
+    explicit PyNgramCache(int64_t vocab) : n_vocab(checked_vocab(vocab)) {}
+
+    lookup::NgramCache cache;
+    uint32_t n_vocab;
+    mutable std::shared_mutex mutex;
+};
+
+struct PyStaticCache {
+    lookup::StaticCache cache;
+    std::string path;
+    std::atomic<bool> verified{false};
+};
+
+struct PyStaticCacheBuilder {
+    explicit PyStaticCacheBuilder(int64_t vocab) : n_vocab(checked_vocab(vocab)), builder(n_vocab) {
+        if (n_vocab > lookup::k_static_max_vocab) {
+            throw py::value_error("vocabularies above " + std::to_string(lookup::k_static_max_vocab) +
+                                  " tokens are not supported by the static cache");
+        }
+    }
+    uint32_t n_vocab;
+    lookup::StaticCacheBuilder builder;
+};
+
+py::array_t<token_t> followers_copy(const lookup::FollowerSpan& span) {
+    py::array_t<token_t> out({static_cast<py::ssize_t>(span.size), py::ssize_t{2}});
+    auto* p = out.mutable_data();
+    for (uint32_t i = 0; i < span.size; ++i) {
+        p[2 * i] = span.data[i].token;
+        p[2 * i + 1] = static_cast<token_t>(std::min<uint32_t>(span.data[i].count, 0x7FFFFFFF));
+    }
+    return out;
+}
+
+// (keys (K, 4), offsets (K + 1), followers (F, 2)) sorted by key, for tests and tools.
+struct CacheArrays {
+    std::vector<lookup::NgramKey> keys;
+    std::vector<lookup::FollowerSpan> spans;
+
+    void add(lookup::NgramKey key, const lookup::FollowerSpan& span) {
+        keys.push_back(key);
+        spans.push_back(span);
+    }
+
+    py::tuple to_numpy() const {
+        std::vector<size_t> order(keys.size());
+        std::iota(order.begin(), order.end(), size_t{0});
+        std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+        size_t n_followers = 0;
+        for (const lookup::FollowerSpan& s : spans) n_followers += s.size;
+        py::array_t<token_t> out_keys({static_cast<py::ssize_t>(keys.size()), py::ssize_t{4}});
+        py::array_t<int64_t> out_offsets(static_cast<py::ssize_t>(keys.size() + 1));
+        py::array_t<token_t> out_followers({static_cast<py::ssize_t>(n_followers), py::ssize_t{2}});
+        token_t* k = out_keys.mutable_data();
+        int64_t* o = out_offsets.mutable_data();
+        token_t* f = out_followers.mutable_data();
+        int64_t at = 0;
+        for (size_t i = 0; i < order.size(); ++i) {
+            for (int j = 0; j < 4; ++j) k[4 * i + j] = lookup::key_token(keys[order[i]], j);
+            o[i] = at;
+            for (const lookup::Follower& fw : spans[order[i]]) {
+                f[2 * at] = fw.token;
+                f[2 * at + 1] = static_cast<token_t>(std::min<uint32_t>(fw.count, 0x7FFFFFFF));
+                ++at;
+            }
+        }
+        o[order.size()] = at;
+        return py::make_tuple(out_keys, out_offsets, out_followers);
+    }
+};
+
+bool caches_equal(const lookup::NgramCache& a, const lookup::NgramCache& b) {
+    if (a.n_keys() != b.n_keys() || a.n_followers() != b.n_followers() || a.total_count() != b.total_count()) {
+        return false;
+    }
+    bool equal = true;
+    a.for_each([&](lookup::NgramKey key, const lookup::FollowerSpan& fa) {
+        if (!equal) return;
+        const lookup::FollowerSpan fb = b.find(key);
+        equal = fa.size == fb.size && std::equal(fa.begin(), fa.end(), fb.begin(), [](const auto& x, const auto& y) {
+                    return x.token == y.token && x.count == y.count;
+                });
+    });
+    return equal;
+}
+
+// Checks what drafting will read: the static cache must be verified and the last few tokens
+// (the only ones drafting reads) must be inside every cache's vocabulary.
+void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, const PyNgramCache* dynamic,
+                        const PyStaticCache* stat) {
+    if (tokens.ndim() != 1) throw py::value_error("tokens must be a 1-D array of token ids");
+    if (stat != nullptr && !stat->verified.load()) {
+        throw py::value_error(stat->path + ": static cache not verified yet (call verify() first)");
+    }
+    const size_t n = static_cast<size_t>(tokens.size());
+    const size_t tail = std::min<size_t>(n, lookup::k_ngram_max);
+    for (const PyNgramCache* c : {context, dynamic}) {
+        if (c != nullptr) check_tokens(tokens.data() + n - tail, tail, c->n_vocab);
+    }
+    if (stat != nullptr) check_tokens(tokens.data() + n - tail, tail, stat->cache.header().n_vocab);
+}
+
+// Shared locks on the mutable sources for the length of one drafting call.
+struct LockedSources {
+    LockedSources(PyNgramCache* context, PyNgramCache* dynamic, PyStaticCache* stat) {
+        if (context != nullptr) context_lock = std::shared_lock(context->mutex);
+        if (dynamic != nullptr && dynamic != context) dynamic_lock = std::shared_lock(dynamic->mutex);
+        sources = {context ? &context->cache : nullptr, dynamic ? &dynamic->cache : nullptr,
+                   stat ? &stat->cache : nullptr};
+    }
+    lookup::DraftSources sources;
+    std::shared_lock<std::shared_mutex> context_lock;
+    std::shared_lock<std::shared_mutex> dynamic_lock;
+};
+
+py::array_t<token_t> draft(const TokenArray& tokens, int64_t n_draft, PyNgramCache* context, PyNgramCache* dynamic,
+                           PyStaticCache* stat) {
+    if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
+    check_draft_inputs(tokens, context, dynamic, stat);
+    std::vector<token_t> out(static_cast<size_t>(n_draft));
+    size_t n = 0;
+    {
+        py::gil_scoped_release nogil;
+        LockedSources locked(context, dynamic, stat);
+        n = lookup::draft(tokens.data(), static_cast<size_t>(tokens.size()), locked.sources, out.size(), out.data());
+    }
+    return py::array_t<token_t>(static_cast<py::ssize_t>(n), out.data());
+}
+
+py::tuple draft_tree(const TokenArray& tokens, int64_t n_draft, int64_t max_branches, PyNgramCache* context,
+                     PyNgramCache* dynamic, PyStaticCache* stat) {
+    if (n_draft < 0 || max_branches < 0) throw py::value_error("n_draft and max_branches must be >= 0");
+    const size_t capacity = static_cast<size_t>(n_draft) * static_cast<size_t>(std::min<int64_t>(max_branches, 16));
+    std::vector<token_t> out_tokens(capacity);
+    std::vector<int32_t> out_parents(capacity);
+    check_draft_inputs(tokens, context, dynamic, stat);
+    size_t n = 0;
+    {
+        py::gil_scoped_release nogil;
+        LockedSources locked(context, dynamic, stat);
+        n = lookup::draft_tree(tokens.data(), static_cast<size_t>(tokens.size()), locked.sources,
+                               static_cast<size_t>(n_draft), static_cast<size_t>(max_branches), out_tokens.data(),
+                               out_parents.data());
+    }
+    return py::make_tuple(py::array_t<token_t>(static_cast<py::ssize_t>(n), out_tokens.data()),
+                          py::array_t<int32_t>(static_cast<py::ssize_t>(n), out_parents.data()));
+}
+
+py::dict replay(const TokenArray& tokens, int64_t n_ctx, int64_t n_draft, PyNgramCache* dynamic, PyStaticCache* stat) {
+    if (n_ctx <= 0 || n_draft < 0) throw py::value_error("n_ctx must be > 0 and n_draft >= 0");
+    check_draft_inputs(tokens, nullptr, nullptr, stat);
+    const size_t n = static_cast<size_t>(tokens.size());
+    if (dynamic != nullptr) check_tokens(tokens.data(), n, dynamic->n_vocab);
+    if (stat != nullptr) check_tokens(tokens.data(), n, stat->cache.header().n_vocab);
+    lookup::ReplayStats s;
+    {
+        py::gil_scoped_release nogil;
+        std::unique_lock<std::shared_mutex> lock;
+        if (dynamic != nullptr) lock = std::unique_lock(dynamic->mutex);
+        s = lookup::replay(tokens.data(), n, static_cast<size_t>(n_ctx), static_cast<size_t>(n_draft),
+                           dynamic ? &dynamic->cache : nullptr, stat ? &stat->cache : nullptr);
+    }
+    py::dict d;
+    d["n_predict"] = s.n_predict;
+    d["n_drafted"] = s.n_drafted;
+    d["n_accept"] = s.n_accept;
+    d["draft_ns"] = s.draft_ns;
+    return d;
+}
+
+py::dict header_dict(const lookup::StaticHeader& h) {
+    py::dict d;
+    d["format_version"] = h.format_version;
+    d["ngram_order"] = h.ngram_order;
+    d["n_vocab"] = h.n_vocab;
+    d["fingerprint"] = h.tokenizer_fingerprint;
+    d["n_keys"] = h.n_keys;
+    d["n_followers"] = h.n_followers;
+    d["n_buckets"] = h.n_buckets;
+    d["total_count"] = h.total_count;
+    d["file_size"] = h.file_size;
+    d["checksum"] = h.checksum;
+    return d;
+}
+
+void bind_ngram_cache(py::module_& m) {
+    py::class_<PyNgramCache>(m, "NgramCache")
+        .def(py::init<int64_t>(), py::arg("n_vocab"))
+        .def_property_readonly("n_vocab", [](const PyNgramCache& c) { return c.n_vocab; })
+        .def_property_readonly("n_keys", [](const PyNgramCache& c) { std::shared_lock l(c.mutex); return c.cache.n_keys(); })
+        .def_property_readonly("n_followers", [](const PyNgramCache& c) { std::shared_lock l(c.mutex); return c.cache.n_followers(); })
+        .def_property_readonly("total_count", [](const PyNgramCache& c) { std::shared_lock l(c.mutex); return c.cache.total_count(); })
+        .def_property_readonly("memory_bytes", [](const PyNgramCache& c) { std::shared_lock l(c.mutex); return c.cache.memory_bytes(); })
+        .def(
+            "add",
+            [](PyNgramCache& c, const TokenArray& tokens, int64_t first) {
+                if (first < 0) throw py::value_error("first must be >= 0");
+                check_tokens(tokens.data(), static_cast<size_t>(tokens.size()), c.n_vocab);
+                py::gil_scoped_release nogil;
+                std::unique_lock l(c.mutex);
+                c.cache.add(tokens.data(), static_cast<size_t>(tokens.size()), static_cast<size_t>(first));
+            },
+            py::arg("tokens"), py::arg("first") = 0)
+        .def(
+            "remove",
+            [](PyNgramCache& c, const TokenArray& tokens, int64_t first) {
+                if (first < 0) throw py::value_error("first must be >= 0");
+                check_tokens(tokens.data(), static_cast<size_t>(tokens.size()), c.n_vocab);
+                py::gil_scoped_release nogil;
+                std::unique_lock l(c.mutex);
+                return c.cache.remove(tokens.data(), static_cast<size_t>(tokens.size()), static_cast<size_t>(first));
+            },
+            py::arg("tokens"), py::arg("first") = 0)
+        .def(
+            "merge",
+            [](PyNgramCache& c, PyNgramCache& other) {
+                if (other.n_vocab != c.n_vocab) throw py::value_error("caches of different vocabulary sizes");
+                py::gil_scoped_release nogil;
+                if (&other == &c) {
+                    std::unique_lock l(c.mutex);
+                    c.cache.merge(c.cache);
+                    return;
+                }
+                std::unique_lock l(c.mutex, std::defer_lock);
+                std::shared_lock lo(other.mutex, std::defer_lock);
+                std::lock(l, lo);
+                c.cache.merge(other.cache);
+            },
+            py::arg("other"))
+        .def("clear", [](PyNgramCache& c) { std::unique_lock l(c.mutex); c.cache.clear(); })
+        .def(
+            "followers",
+            [](const PyNgramCache& c, std::vector<int64_t> key) {
+                if (key.empty() || key.size() > static_cast<size_t>(lookup::k_ngram_max)) {
+                    throw py::value_error("a key holds 1 to 4 tokens");
+                }
+                token_t t[lookup::k_ngram_max];
+                for (size_t i = 0; i < key.size(); ++i) {
+                    if (key[i] < 0 || key[i] >= c.n_vocab) return followers_copy({});
+                    t[i] = static_cast<token_t>(key[i]);
+                }
+                std::shared_lock l(c.mutex);
+                return followers_copy(c.cache.find(lookup::make_key(t, static_cast<int>(key.size()))));
+            },
+            py::arg("key"))
+        .def("to_arrays",
+             [](const PyNgramCache& c) {
+                 std::shared_lock l(c.mutex);
+                 CacheArrays arrays;
+                 c.cache.for_each([&](lookup::NgramKey k, const lookup::FollowerSpan& s) { arrays.add(k, s); });
+                 return arrays.to_numpy();
+             })
+        .def(
+            "save_upstream",
+            [](const PyNgramCache& c, const std::string& path) {
+                std::string error;
+                bool ok;
+                {
+                    py::gil_scoped_release nogil;
+                    std::shared_lock l(c.mutex);
+                    ok = lookup::save_upstream(path, c.cache, &error);
+                }
+                if (!ok) raise_os_error(path, error);
+            },
+            py::arg("path"))
+        .def_static(
+            "load_upstream",
+            [](const std::string& path, int64_t n_vocab) {
+                auto c = std::make_unique<PyNgramCache>(n_vocab);
+                std::string error;
+                bool ok;
+                {
+                    py::gil_scoped_release nogil;
+                    ok = lookup::load_upstream(path, c->n_vocab, &c->cache, &error);
+                }
+                if (!ok) throw CacheError(path, error);
+                return c;
+            },
+            py::arg("path"), py::arg("n_vocab"))
+        .def("__eq__",
+             [](const PyNgramCache& a, const py::object& other) {
+                 if (!py::isinstance<PyNgramCache>(other)) return false;
+                 const PyNgramCache& b = other.cast<const PyNgramCache&>();
+                 if (&a == &b) return true;
+                 std::shared_lock la(a.mutex, std::defer_lock);
+                 std::shared_lock lb(b.mutex, std::defer_lock);
+                 std::lock(la, lb);
+                 return a.n_vocab == b.n_vocab && caches_equal(a.cache, b.cache);
+             })
+        .def("__repr__", [](const PyNgramCache& c) {
+            std::shared_lock l(c.mutex);
+            return "NgramCache(n_vocab=" + std::to_string(c.n_vocab) + ", keys=" + std::to_string(c.cache.n_keys()) +
+                   ", followers=" + std::to_string(c.cache.n_followers()) + ")";
+        });
+}
+
+void bind_static_cache(py::module_& m) {
+    py::class_<PyStaticCache>(m, "StaticCache")
+        .def_static(
+            "open",
+            [](const std::string& path, std::optional<int64_t> n_vocab, std::optional<uint64_t> fingerprint) {
+                auto c = std::make_unique<PyStaticCache>();
+                c->path = path;
+                std::string error;
+                bool ok;
+                {
+                    py::gil_scoped_release nogil;
+                    ok = c->cache.open(path, n_vocab ? checked_vocab(*n_vocab) : 0, fingerprint.value_or(0), &error);
+                }
+                if (!ok) throw CacheError(path, error);
+                return c;
+            },
+            py::arg("path"), py::arg("n_vocab") = py::none(), py::arg("fingerprint") = py::none())
+        .def("verify",
+             [](PyStaticCache& c) {
+                 if (c.verified.load()) return;
+                 std::string error;
+                 bool ok;
+                 {
+                     py::gil_scoped_release nogil;
+                     ok = c.cache.verify(&error);
+                 }
+                 if (!ok) throw CacheError(c.path, error);
+                 c.verified.store(true);
+             })
+        .def_property_readonly("verified", [](const PyStaticCache& c) { return c.verified.load(); })
+        .def_property_readonly("path", [](const PyStaticCache& c) { return c.path; })
+        .def_property_readonly("header", [](const PyStaticCache& c) { return header_dict(c.cache.header()); })
+        .def(
+            "followers",
+            [](py::object self, int64_t t0, int64_t t1) {
+                const PyStaticCache& c = self.cast<const PyStaticCache&>();
+                const int64_t n_vocab = c.cache.header().n_vocab;
+                lookup::FollowerSpan span;
+                if (t0 >= 0 && t0 < n_vocab && t1 >= 0 && t1 < n_vocab) {
+                    span = c.cache.find(static_cast<token_t>(t0), static_cast<token_t>(t1));
+                }
+                if (span.size == 0) return followers_copy({});
+                // A read-only view into the mapping; the array keeps the cache (and the mapping) alive.
+                py::array_t<token_t> view({static_cast<py::ssize_t>(span.size), py::ssize_t{2}},
+                                          {py::ssize_t{sizeof(lookup::Follower)}, py::ssize_t{sizeof(token_t)}},
+                                          reinterpret_cast<const token_t*>(span.data), self);
+                view.attr("setflags")(py::arg("write") = false);
+                return view;
+            },
+            py::arg("t0"), py::arg("t1"))
+        .def("to_arrays",
+             [](const PyStaticCache& c) {
+                 if (!c.verified.load()) throw py::value_error(c.path + ": static cache not verified yet");
+                 CacheArrays arrays;
+                 c.cache.for_each([&](uint64_t key, const lookup::FollowerSpan& s) {
+                     const token_t pair[2] = {static_cast<token_t>(key), static_cast<token_t>(key >> 32)};
+                     arrays.add(lookup::make_key(pair, 2), s);
+                 });
+                 return arrays.to_numpy();
+             })
+        .def(
+            "save_upstream",
+            [](const PyStaticCache& c, const std::string& path) {
+                if (!c.verified.load()) throw py::value_error(c.path + ": static cache not verified yet");
+                std::string error;
+                bool ok;
+                {
+                    py::gil_scoped_release nogil;
+                    ok = lookup::save_upstream(path, c.cache, &error);
+                }
+                if (!ok) raise_os_error(path, error);
+            },
+            py::arg("path"))
+        .def("__repr__", [](const PyStaticCache& c) {
+            return "StaticCache(" + c.path + ", keys=" + std::to_string(c.cache.header().n_keys) + ")";
+        });
+}
+
+void bind_builder(py::module_& m) {
+    py::class_<PyStaticCacheBuilder>(m, "StaticCacheBuilder")
+        .def(py::init<int64_t>(), py::arg("n_vocab"))
+        .def(
+            "add",
+            [](PyStaticCacheBuilder& b, const TokenArray& tokens) {
+                check_tokens(tokens.data(), static_cast<size_t>(tokens.size()), b.n_vocab);
+                py::gil_scoped_release nogil;
+                b.builder.add(tokens.data(), static_cast<size_t>(tokens.size()));
+            },
+            py::arg("tokens"))
+        .def(
+            "add_cache",
+            [](PyStaticCacheBuilder& b, const PyNgramCache& c) {
+                if (c.n_vocab != b.n_vocab) throw py::value_error("caches of different vocabulary sizes");
+                py::gil_scoped_release nogil;
+                std::shared_lock l(c.mutex);
+                c.cache.for_each([&](lookup::NgramKey key, const lookup::FollowerSpan& followers) {
+                    if (lookup::key_size(key) != lookup::k_static_ngram) return;
+                    for (const lookup::Follower& f : followers) {
+                        b.builder.add_count(lookup::key_token(key, 0), lookup::key_token(key, 1), f.token, f.count);
+                    }
+                });
+            },
+            py::arg("cache"))
+        .def_property_readonly("n_tokens", [](const PyStaticCacheBuilder& b) { return b.builder.n_tokens(); })
+        .def_property_readonly("memory_bytes", [](const PyStaticCacheBuilder& b) { return b.builder.memory_bytes(); })
+        .def(
+            "write",
+            [](PyStaticCacheBuilder& b, const std::string& path, uint64_t fingerprint) {
+                lookup::StaticHeader h{};
+                std::string error;
+                bool ok;
+                {
+                    py::gil_scoped_release nogil;
+                    ok = b.builder.write(path, fingerprint, &h, &error);
+                }
+                if (!ok) raise_os_error(path, error);
+                return header_dict(h);
+            },
+            py::arg("path"), py::arg("fingerprint"));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_lookup, m) {
+    m.doc() = "Native n-gram lookup core: caches, static cache files, drafting.";
+    m.attr("NGRAM_MIN") = lookup::k_ngram_min;
+    m.attr("NGRAM_MAX") = lookup::k_ngram_max;
+    m.attr("STATIC_NGRAM") = lookup::k_static_ngram;
+    m.attr("STATIC_FORMAT_VERSION") = lookup::k_static_format_version;
+    py::register_exception<CacheError>(m, "CacheError", PyExc_ValueError);
+
+    bind_ngram_cache(m);
+    bind_static_cache(m);
+    bind_builder(m);
+
+    m.def("draft", &draft, py::arg("tokens"), py::arg("n_draft"), py::arg("context") = nullptr,
+          py::arg("dynamic") = nullptr, py::arg("static") = nullptr);
+    m.def("draft_tree", &draft_tree, py::arg("tokens"), py::arg("n_draft"), py::arg("max_branches") = 3,
+          py::arg("context") = nullptr, py::arg("dynamic") = nullptr, py::arg("static") = nullptr);
+    m.def("replay", &replay, py::arg("tokens"), py::arg("n_ctx"), py::arg("n_draft"), py::arg("dynamic") = nullptr,
+          py::arg("static") = nullptr);
+}

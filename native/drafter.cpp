@@ -1,0 +1,175 @@
+#include "drafter.h"
+
+#include <algorithm>
+
+namespace lookup {
+
+namespace {
+
+// The drafter's view of a sequence: the known tokens followed by the tokens drafted so far,
+// without concatenating them.
+struct Sequence {
+    const token_t* known;
+    size_t n_known;
+    const token_t* drafted;
+    size_t n_drafted;
+
+    [[nodiscard]] size_t size() const { return n_known + n_drafted; }
+    [[nodiscard]] token_t at(size_t i) const { return i < n_known ? known[i] : drafted[i - n_known]; }
+    [[nodiscard]] NgramKey last_key(int n) const {
+        token_t t[k_ngram_max];
+        for (int j = 0; j < n; ++j) t[j] = at(size() - n + j);
+        return make_key(t, n);
+    }
+};
+
+[[nodiscard]] uint32_t static_count(const FollowerSpan& followers, token_t token) {
+    const Follower* it = std::lower_bound(followers.begin(), followers.end(), token,
+                                          [](const Follower& f, token_t t) { return f.token < t; });
+    return it != followers.end() && it->token == token ? it->count : 0;
+}
+
+[[nodiscard]] uint64_t weighted_score(const Follower& f, const FollowerSpan& static_part) {
+    const uint32_t s = static_part.empty() ? 0 : static_count(static_part, f.token);
+    return uint64_t{f.count} * (s > 0 ? k_static_weight * s : 1);
+}
+
+[[nodiscard]] bool passes_percent(uint64_t count, uint64_t sum, uint32_t min_percent) {
+    return 100 * count >= uint64_t{min_percent} * sum;
+}
+
+// The best-scored follower of one key, or -1 when the key does not qualify. The precheck
+// rejects a key that cannot qualify before any static look-up: if even its largest raw count
+// fails the percent test, the best-scored follower fails it too.
+[[nodiscard]] token_t best_follower(const FollowerSpan& followers, const FollowerSpan& static_part,
+                                    uint32_t min_sample, uint32_t min_percent) {
+    if (followers.empty() || followers.sum < min_sample) return -1;
+    if (!passes_percent(followers.max_count, followers.sum, min_percent)) return -1;
+    const Follower* best = followers.begin();
+    uint64_t best_score = weighted_score(*best, static_part);
+    for (const Follower* f = best + 1; f != followers.end(); ++f) {
+        const uint64_t score = weighted_score(*f, static_part);
+        if (score > best_score) {
+            best = f;
+            best_score = score;
+        }
+    }
+    return passes_percent(best->count, followers.sum, min_percent) ? best->token : -1;
+}
+
+[[nodiscard]] FollowerSpan static_part_of(const Sequence& seq, const StaticCache* cache) {
+    if (cache == nullptr) return {};
+    return cache->find(seq.at(seq.size() - 2), seq.at(seq.size() - 1));
+}
+
+[[nodiscard]] token_t try_cache(const Sequence& seq, const NgramCache* cache, const DraftThresholds& th,
+                                const FollowerSpan& static_part) {
+    if (cache == nullptr) return -1;
+    const int longest = static_cast<int>(std::min<size_t>(k_ngram_max, seq.size()));
+    for (int n = longest; n >= k_ngram_min; --n) {
+        const token_t t = best_follower(cache->find(seq.last_key(n)), static_part, th.min_sample[n - 1],
+                                        th.min_percent[n - 1]);
+        if (t >= 0) return t;
+    }
+    return -1;
+}
+
+[[nodiscard]] token_t try_static(const FollowerSpan& static_part) {
+    uint64_t sum = 0;
+    const Follower* best = nullptr;
+    for (const Follower& f : static_part) {
+        sum += f.count;
+        if (best == nullptr || f.count > best->count) best = &f;
+    }
+    if (best == nullptr || sum < k_static_min_sample) return -1;
+    return passes_percent(best->count, sum, k_static_min_percent) ? best->token : -1;
+}
+
+[[nodiscard]] token_t next_token(const Sequence& seq, const DraftSources& sources) {
+    const FollowerSpan static_part = static_part_of(seq, sources.static_cache);
+    token_t t = try_cache(seq, sources.context, k_context_thresholds, static_part);
+    if (t < 0) t = try_cache(seq, sources.dynamic, k_dynamic_thresholds, static_part);
+    if (t < 0) t = try_static(static_part);
+    return t;
+}
+
+// Continues the draft already in out[0..n_out) up to n_draft tokens.
+size_t extend(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+              token_t* out, size_t n_out) {
+    if (n_known + n_out < k_static_ngram) return n_out;
+    while (n_out < n_draft) {
+        const token_t t = next_token(Sequence{known, n_known, out, n_out}, sources);
+        if (t < 0) break;
+        out[n_out++] = t;
+    }
+    return n_out;
+}
+
+// Candidates for the next token, best first: every key that qualifies (in draft()'s order of
+// sources and sizes) offers its best-scored follower, then its other followers that pass the
+// percent test on their own, by descending score.
+size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t* out, size_t max_out) {
+    size_t n_out = 0;
+    auto offer = [&](token_t t) {
+        if (n_out < max_out && std::find(out, out + n_out, t) == out + n_out) out[n_out++] = t;
+    };
+    const FollowerSpan static_part = static_part_of(seq, sources.static_cache);
+    auto offer_key = [&](const FollowerSpan& followers, uint32_t min_sample, uint32_t min_percent) {
+        const token_t best = best_follower(followers, static_part, min_sample, min_percent);
+        if (best < 0) return;
+        offer(best);
+        // Above 50 % at most one other follower can pass; scan for the rare ties.
+        token_t runner_up = -1;
+        uint64_t runner_score = 0;
+        for (const Follower& f : followers) {
+            const uint64_t score = weighted_score(f, static_part);
+            if (f.token != best && passes_percent(f.count, followers.sum, min_percent) && score > runner_score) {
+                runner_up = f.token;
+                runner_score = score;
+            }
+        }
+        if (runner_up >= 0) offer(runner_up);
+    };
+    const NgramCache* caches[2] = {sources.context, sources.dynamic};
+    const DraftThresholds* thresholds[2] = {&k_context_thresholds, &k_dynamic_thresholds};
+    const int longest = static_cast<int>(std::min<size_t>(k_ngram_max, seq.size()));
+    for (int c = 0; c < 2; ++c) {
+        if (caches[c] == nullptr) continue;
+        for (int n = longest; n >= k_ngram_min; --n) {
+            offer_key(caches[c]->find(seq.last_key(n)), thresholds[c]->min_sample[n - 1],
+                      thresholds[c]->min_percent[n - 1]);
+        }
+    }
+    const token_t from_static = try_static(static_part);
+    if (from_static >= 0) offer(from_static);
+    return n_out;
+}
+
+}  // namespace
+
+size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+             token_t* out) {
+    return extend(known, n_known, sources, n_draft, out, 0);
+}
+
+size_t draft_tree(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+                  size_t max_branches, token_t* out_tokens, int32_t* out_parents) {
+    if (n_draft == 0 || max_branches == 0 || n_known < k_static_ngram) return 0;
+    constexpr size_t k_max_candidates = 16;
+    token_t first[k_max_candidates];
+    const size_t n_first = next_candidates(Sequence{known, n_known, nullptr, 0}, sources, first,
+                                           std::min(max_branches, k_max_candidates));
+    size_t n_nodes = 0;
+    for (size_t b = 0; b < n_first; ++b) {
+        token_t* branch = out_tokens + n_nodes;
+        branch[0] = first[b];
+        const size_t length = extend(known, n_known, sources, n_draft, branch, 1);
+        for (size_t i = 0; i < length; ++i) {
+            out_parents[n_nodes + i] = i == 0 ? -1 : static_cast<int32_t>(n_nodes + i - 1);
+        }
+        n_nodes += length;
+    }
+    return n_nodes;
+}
+
+}  // namespace lookup

@@ -1,0 +1,53 @@
+// Drafting: the tokens the caches predict next, with llama.cpp's lookup decisions.
+#pragma once
+
+#include "ngram.h"
+#include "ngram_cache.h"
+#include "static_cache.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lookup {
+
+// Any source may be null. The static cache must have been verified.
+struct DraftSources {
+    const NgramCache* context = nullptr;
+    const NgramCache* dynamic = nullptr;
+    const StaticCache* static_cache = nullptr;
+};
+
+// Per n-gram size (index n - 1): a key qualifies when its followers' total count reaches
+// min_sample and the chosen follower holds at least min_percent of it.
+struct DraftThresholds {
+    uint32_t min_sample[k_ngram_max];
+    uint32_t min_percent[k_ngram_max];
+};
+
+inline constexpr DraftThresholds k_context_thresholds{{2, 2, 1, 1}, {66, 50, 50, 50}};  // "lax"
+inline constexpr DraftThresholds k_dynamic_thresholds{{4, 3, 2, 2}, {75, 66, 66, 66}};  // "strict"
+inline constexpr uint32_t k_static_min_sample = 2;
+inline constexpr uint32_t k_static_min_percent = 50;
+// A follower also seen after the same 2 tokens in the static cache has its count multiplied by
+// this times its static count.
+inline constexpr uint64_t k_static_weight = 100;
+
+// Drafts up to n_draft tokens following known[0..n_known) into out. Decisions:
+//  1. context cache, n = 4..1, lax thresholds; 2. dynamic cache, n = 4..1, strict thresholds;
+//     followers scored count x (100 x static count, or 1 if absent from the static followers of
+//     the last two tokens), in 64-bit arithmetic;
+//  3. static cache alone on the last two tokens: its most frequent follower, if the total is
+//     >= 2 and it holds >= 50 %.
+// Score ties go to the lowest token id. Sizes longer than the sequence are skipped; fewer than
+// two known tokens draft nothing (as upstream). Returns the number of tokens drafted.
+size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+             token_t* out);
+
+// A token tree: branch 0 is exactly draft(); the other branches start with the other tokens that
+// qualify as the next one (see drafter.cpp) and continue greedily. Node i has parent parents[i]
+// (-1: a child of the last known token); parents precede children. Writes at most
+// max_branches * n_draft nodes and returns the number written.
+size_t draft_tree(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+                  size_t max_branches, token_t* out_tokens, int32_t* out_parents);
+
+}  // namespace lookup

@@ -1,0 +1,55 @@
+#include "replay.h"
+
+#include <chrono>
+#include <vector>
+
+namespace lookup {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[nodiscard]] uint64_t elapsed_ns(Clock::time_point since) {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count());
+}
+
+}  // namespace
+
+ReplayStats replay(const token_t* tokens, size_t n_tokens, size_t n_ctx, size_t n_draft,
+                   NgramCache* dynamic, const StaticCache* static_cache) {
+    ReplayStats stats;
+    if (n_ctx == 0) return stats;
+    stats.n_predict = n_tokens - n_tokens % n_ctx;
+    NgramCache context;
+    const DraftSources sources{&context, dynamic, static_cache};
+    std::vector<token_t> drafted(n_draft);
+    for (size_t start = 0; start + n_ctx < n_tokens; start += n_ctx) {
+        const token_t* chunk = tokens + start;
+        // The chunk is its own "output": position `done` is how far generation has got.
+        size_t done = 1;
+        while (done < n_ctx) {
+            Clock::time_point t0 = Clock::now();
+            const size_t n = draft(chunk, done, sources, n_draft, drafted.data());
+            stats.draft_ns += elapsed_ns(t0);
+            stats.n_drafted += n;
+            for (size_t j = 0; j < n && done < n_ctx && drafted[j] == chunk[done]; ++j) {
+                ++stats.n_accept;
+                ++done;
+                t0 = Clock::now();
+                context.add(chunk, done, done - 1);
+                stats.draft_ns += elapsed_ns(t0);
+            }
+            if (done < n_ctx) {
+                ++done;
+                t0 = Clock::now();
+                context.add(chunk, done, done - 1);
+                stats.draft_ns += elapsed_ns(t0);
+            }
+        }
+        if (dynamic != nullptr) dynamic->merge(context);
+        context.clear();
+    }
+    return stats;
+}
+
+}  // namespace lookup

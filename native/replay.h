@@ -1,0 +1,25 @@
+// llama-lookup-stats' replay: drafting measured against text whose continuation is known.
+#pragma once
+
+#include "drafter.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lookup {
+
+struct ReplayStats {
+    uint64_t n_predict = 0;
+    uint64_t n_drafted = 0;
+    uint64_t n_accept = 0;
+    uint64_t draft_ns = 0;  // drafting plus context-cache updates, as upstream times it
+};
+
+// Cuts `tokens` into chunks of n_ctx; in each, pretends to generate the chunk: draft, accept
+// the drafted tokens that match, then "sample" the true next token, keeping a context cache of
+// the chunk so far. After each chunk its context cache is merged into `dynamic` (if given), as
+// upstream does. sources.context is ignored.
+ReplayStats replay(const token_t* tokens, size_t n_tokens, size_t n_ctx, size_t n_draft,
+                   NgramCache* dynamic, const StaticCache* static_cache);
+
+}  // namespace lookup

@@ -1,0 +1,52 @@
+// The read-only, memory-mapped static cache of 2-grams.
+#pragma once
+
+#include "mapped_file.h"
+#include "ngram.h"
+#include "static_cache_format.h"
+
+#include <cstdint>
+#include <string>
+
+namespace lookup {
+
+// open() maps the file and checks the header: O(1) work and memory whatever the file's size.
+// verify() reads everything once (checksum and structure). find() trusts nothing it reads: a
+// corrupt bucket or span yields "no followers", never a read outside the mapping.
+class StaticCache {
+public:
+    // expected_vocab / expected_fingerprint of 0 skip that check. On failure returns false and
+    // sets `error` to a one-line reason (without the path).
+    bool open(const std::string& path, uint32_t expected_vocab, uint64_t expected_fingerprint,
+              std::string* error);
+    bool verify(std::string* error);
+    void close();
+
+    [[nodiscard]] bool is_open() const { return m_header != nullptr; }
+    [[nodiscard]] bool verified() const { return m_verified; }
+    [[nodiscard]] const StaticHeader& header() const { return *m_header; }
+
+    [[nodiscard]] FollowerSpan find(token_t t0, token_t t1) const;
+
+    // Visits every (key, followers) pair in file order; only meaningful after verify().
+    template <class Visit>
+    void for_each(Visit&& visit) const {
+        for (uint64_t i = 0; i < m_header->n_keys; ++i) {
+            const StaticRecord& r = m_records[i];
+            visit(r.key, span_at(r.span));
+        }
+    }
+
+private:
+    [[nodiscard]] FollowerSpan span_at(uint64_t span) const;
+
+    MappedFile m_file;
+    const StaticHeader* m_header = nullptr;
+    const uint32_t* m_buckets = nullptr;
+    const StaticRecord* m_records = nullptr;
+    const Follower* m_followers = nullptr;
+    int m_bucket_bits = 0;
+    bool m_verified = false;
+};
+
+}  // namespace lookup

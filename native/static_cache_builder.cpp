@@ -1,0 +1,244 @@
+#include "static_cache_builder.h"
+
+#include "checksum.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace lookup {
+
+namespace {
+
+constexpr int k_token_bits = 21;
+constexpr uint64_t k_token_mask = (uint64_t{1} << k_token_bits) - 1;
+constexpr size_t k_min_pending = size_t{1} << 20;
+
+// Sort order of packed words = (t0, t1, follower) order: keys group together, followers ascend.
+[[nodiscard]] uint64_t pack_triple(token_t t0, token_t t1, token_t follower) {
+    return (uint64_t(uint32_t(t0)) << (2 * k_token_bits)) | (uint64_t(uint32_t(t1)) << k_token_bits) |
+           uint64_t(uint32_t(follower));
+}
+
+[[nodiscard]] uint64_t triple_key(uint64_t triple) {
+    return pack_pair(static_cast<token_t>(triple >> (2 * k_token_bits)),
+                     static_cast<token_t>((triple >> k_token_bits) & k_token_mask));
+}
+
+[[nodiscard]] token_t triple_follower(uint64_t triple) { return static_cast<token_t>(triple & k_token_mask); }
+
+// One sorted input of a merge: packed words, each with a count (1 where `counts` is null).
+struct SortedRun {
+    const uint64_t* words;
+    const uint64_t* counts;
+    size_t size;
+    size_t pos = 0;
+
+    [[nodiscard]] bool done() const { return pos == size; }
+    [[nodiscard]] uint64_t word() const { return words[pos]; }
+    [[nodiscard]] uint64_t count() const { return counts ? counts[pos] : 1; }
+};
+
+// Streams bytes to a file descriptor, folding them into the checksum; keeps the first error.
+class ChecksummedWriter {
+public:
+    explicit ChecksummedWriter(int fd) : m_fd(fd) {}
+
+    void write(const void* data, size_t size) {
+        m_sum.update(data, size);
+        m_offset += size;
+        const auto* p = static_cast<const unsigned char*>(data);
+        while (size > 0 && m_error == 0) {
+            const ssize_t n = ::write(m_fd, p, size);
+            if (n < 0) {
+                if (errno != EINTR) m_error = errno;
+                continue;
+            }
+            p += n;
+            size -= static_cast<size_t>(n);
+        }
+    }
+    void pad_to(uint64_t offset) {
+        static const unsigned char zeros[k_section_alignment] = {};
+        while (m_offset < offset) write(zeros, static_cast<size_t>(std::min<uint64_t>(offset - m_offset, sizeof zeros)));
+    }
+    [[nodiscard]] int error() const { return m_error; }
+    [[nodiscard]] uint64_t digest() const { return m_sum.digest(); }
+
+private:
+    int m_fd;
+    int m_error = 0;
+    uint64_t m_offset = 0;
+    Checksum m_sum;
+};
+
+}  // namespace
+
+void StaticCacheBuilder::add(const token_t* tokens, size_t n_tokens) {
+    m_n_tokens += n_tokens;
+    for (size_t i = k_static_ngram; i < n_tokens; ++i) {
+        m_pending.push_back(pack_triple(tokens[i - 2], tokens[i - 1], tokens[i]));
+        if (m_pending.size() >= std::max(k_min_pending, m_entries.size() / 4)) flush();
+    }
+}
+
+void StaticCacheBuilder::add_count(token_t t0, token_t t1, token_t follower, uint64_t count) {
+    m_pending_counted.emplace_back(pack_triple(t0, t1, follower), count);
+    if (m_pending_counted.size() >= std::max(k_min_pending, m_entries.size() / 4)) flush();
+}
+
+void StaticCacheBuilder::flush() {
+    std::sort(m_pending.begin(), m_pending.end());
+    std::sort(m_pending_counted.begin(), m_pending_counted.end());
+    std::vector<uint64_t> counted_words(m_pending_counted.size());
+    std::vector<uint64_t> counted_counts(m_pending_counted.size());
+    for (size_t i = 0; i < m_pending_counted.size(); ++i) {
+        counted_words[i] = m_pending_counted[i].first;
+        counted_counts[i] = m_pending_counted[i].second;
+    }
+    std::vector<std::pair<uint64_t, uint64_t>>().swap(m_pending_counted);
+
+    std::vector<uint64_t> entry_counts(m_counts.begin(), m_counts.end());
+    std::vector<uint32_t>().swap(m_counts);
+    SortedRun runs[3] = {{m_entries.data(), entry_counts.data(), m_entries.size()},
+                         {m_pending.data(), nullptr, m_pending.size()},
+                         {counted_words.data(), counted_counts.data(), counted_words.size()}};
+
+    std::vector<uint64_t> entries;
+    std::vector<uint32_t> counts;
+    entries.reserve(m_entries.size() + m_pending.size() + counted_words.size());
+    counts.reserve(entries.capacity());
+    for (;;) {
+        uint64_t word = ~uint64_t{0};
+        for (const SortedRun& r : runs) {
+            if (!r.done()) word = std::min(word, r.word());
+        }
+        if (word == ~uint64_t{0}) break;
+        uint64_t count = 0;
+        for (SortedRun& r : runs) {
+            for (; !r.done() && r.word() == word; ++r.pos) count += r.count();
+        }
+        entries.push_back(word);
+        // Counts saturate rather than wrap: a 4-billion-fold 2-gram still drafts the same.
+        counts.push_back(static_cast<uint32_t>(std::min<uint64_t>(count, 0xFFFFFFFFu)));
+    }
+    entries.shrink_to_fit();
+    counts.shrink_to_fit();
+    m_entries.swap(entries);
+    m_counts.swap(counts);
+    std::vector<uint64_t>().swap(m_pending);
+}
+
+size_t StaticCacheBuilder::memory_bytes() const {
+    return m_pending.capacity() * 8 + m_pending_counted.capacity() * 16 + m_entries.capacity() * 8 +
+           m_counts.capacity() * 4;
+}
+
+bool StaticCacheBuilder::write(const std::string& path, uint64_t tokenizer_fingerprint,
+                               StaticHeader* written, std::string* error) {
+    flush();
+
+    // Records in key order first, with spans pointing into m_entries...
+    std::vector<StaticRecord> by_key;
+    for (size_t i = 0; i < m_entries.size();) {
+        const uint64_t key = triple_key(m_entries[i]);
+        size_t end = i + 1;
+        while (end < m_entries.size() && triple_key(m_entries[end]) == key) ++end;
+        by_key.push_back({key, pack_span(i, end - i)});
+        i = end;
+    }
+    const uint64_t n_keys = by_key.size();
+
+    // ...then grouped by bucket (a stable counting sort keeps keys ascending inside a bucket).
+    // About two keys per bucket: a lookup reads one or two cache lines of records.
+    int bucket_bits = 0;
+    while ((uint64_t{1} << bucket_bits) * 2 < n_keys) ++bucket_bits;
+    const uint64_t n_buckets = uint64_t{1} << bucket_bits;
+    std::vector<uint32_t> buckets(n_buckets + 1, 0);
+    for (const StaticRecord& r : by_key) ++buckets[bucket_of(r.key, bucket_bits) + 1];
+    for (uint64_t b = 0; b < n_buckets; ++b) buckets[b + 1] += buckets[b];
+    std::vector<StaticRecord> records(n_keys);
+    {
+        std::vector<uint32_t> next(buckets.begin(), buckets.end() - 1);
+        for (const StaticRecord& r : by_key) records[next[bucket_of(r.key, bucket_bits)]++] = r;
+    }
+    std::vector<StaticRecord>().swap(by_key);
+
+    StaticHeader h{};
+    std::memcpy(h.magic, k_static_magic, sizeof h.magic);
+    h.format_version = k_static_format_version;
+    h.byte_order_mark = k_byte_order_mark;
+    h.ngram_order = k_static_ngram;
+    h.n_vocab = m_n_vocab;
+    h.tokenizer_fingerprint = tokenizer_fingerprint;
+    h.n_keys = n_keys;
+    h.n_followers = m_entries.size();
+    h.n_buckets = n_buckets;
+    for (uint32_t c : m_counts) h.total_count += c;
+    h.buckets_offset = align_section(sizeof(StaticHeader));
+    h.records_offset = align_section(h.buckets_offset + (n_buckets + 1) * sizeof(uint32_t));
+    h.followers_offset = align_section(h.records_offset + n_keys * sizeof(StaticRecord));
+    h.file_size = h.followers_offset + m_entries.size() * sizeof(Follower);
+
+    const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
+    const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        *error = std::string("cannot write (") + std::strerror(errno) + ")";
+        return false;
+    }
+    ChecksummedWriter out(fd);
+    out.write(&h, sizeof h);
+    out.pad_to(h.buckets_offset);
+    out.write(buckets.data(), buckets.size() * sizeof(uint32_t));
+    out.pad_to(h.records_offset);
+    // Followers are laid out in record order, so each record's file span is the running offset;
+    // `records` keeps its spans into m_entries for the second pass.
+    std::vector<StaticRecord> chunk;
+    chunk.reserve(4096);
+    uint64_t offset = 0;
+    for (const StaticRecord& r : records) {
+        const uint64_t length = r.span >> k_span_offset_bits;
+        chunk.push_back({r.key, pack_span(offset, length)});
+        offset += length;
+        if (chunk.size() == chunk.capacity()) {
+            out.write(chunk.data(), chunk.size() * sizeof(StaticRecord));
+            chunk.clear();
+        }
+    }
+    out.write(chunk.data(), chunk.size() * sizeof(StaticRecord));
+    out.pad_to(h.followers_offset);
+    std::vector<Follower> followers;
+    followers.reserve(4096);
+    for (const StaticRecord& r : records) {
+        const uint64_t first = r.span & k_span_offset_mask;
+        const uint64_t last = first + (r.span >> k_span_offset_bits);
+        for (uint64_t i = first; i < last; ++i) {
+            followers.push_back({triple_follower(m_entries[i]), m_counts[i]});
+            if (followers.size() == followers.capacity()) {
+                out.write(followers.data(), followers.size() * sizeof(Follower));
+                followers.clear();
+            }
+        }
+    }
+    out.write(followers.data(), followers.size() * sizeof(Follower));
+    h.checksum = out.digest();
+    int err = out.error();
+    if (err == 0 && ::pwrite(fd, &h.checksum, sizeof h.checksum, offsetof(StaticHeader, checksum)) != sizeof h.checksum) err = errno;
+    if (err == 0 && ::fsync(fd) != 0) err = errno;
+    if (::close(fd) != 0 && err == 0) err = errno;
+    if (err == 0 && ::rename(tmp_path.c_str(), path.c_str()) != 0) err = errno;
+    if (err != 0) {
+        ::unlink(tmp_path.c_str());
+        *error = std::string("cannot write (") + std::strerror(err) + ")";
+        return false;
+    }
+    *written = h;
+    return true;
+}
+
+}  // namespace lookup

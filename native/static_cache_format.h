@@ -1,0 +1,75 @@
+// The on-disk layout of a static cache file, shared by its writer and its reader.
+//
+//   [header: 128 bytes]
+//   [buckets: uint32 x (n_buckets + 1)]  bucket b holds records [buckets[b], buckets[b + 1])
+//   [records: StaticRecord x n_keys]      grouped by bucket, ascending key inside a bucket
+//   [followers: Follower x n_followers]   each key's followers, ascending token id
+//
+// Sections start on 64-byte boundaries. All integers are little-endian as written by the
+// machine that built the file; byte_order_mark detects a file from a machine of the other
+// endianness. The checksum covers the whole file with the checksum field read as zero.
+#pragma once
+
+#include "ngram.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace lookup {
+
+inline constexpr char k_static_magic[8] = {'L', 'K', 'A', 'H', 'S', 'T', 'C', '\n'};
+inline constexpr uint32_t k_static_format_version = 1;
+inline constexpr uint32_t k_byte_order_mark = 0x01020304u;
+inline constexpr size_t k_section_alignment = 64;
+// The builder packs a 2-gram and its follower into one 63-bit word: 21 bits per token.
+inline constexpr uint32_t k_static_max_vocab = 1u << 21;
+
+struct StaticHeader {
+    char magic[8];
+    uint32_t format_version;
+    uint32_t byte_order_mark;
+    uint32_t ngram_order;  // always k_static_ngram
+    uint32_t n_vocab;
+    uint64_t tokenizer_fingerprint;
+    uint64_t n_keys;
+    uint64_t n_followers;
+    uint64_t n_buckets;  // a power of two
+    uint64_t total_count;
+    uint64_t buckets_offset;
+    uint64_t records_offset;
+    uint64_t followers_offset;
+    uint64_t file_size;
+    uint64_t checksum;
+    uint8_t reserved[24];
+};
+static_assert(sizeof(StaticHeader) == 128 && std::is_trivially_copyable_v<StaticHeader>);
+
+struct StaticRecord {
+    uint64_t key;   // token 0 in bits 0..31, token 1 in bits 32..63
+    uint64_t span;  // first follower in bits 0..39, follower count in bits 40..63
+};
+static_assert(sizeof(StaticRecord) == 16 && std::is_trivially_copyable_v<StaticRecord>);
+
+inline constexpr int k_span_offset_bits = 40;
+inline constexpr uint64_t k_span_offset_mask = (uint64_t{1} << k_span_offset_bits) - 1;
+inline constexpr uint64_t k_span_max_length = (uint64_t{1} << (64 - k_span_offset_bits)) - 1;
+
+[[nodiscard]] inline uint64_t pack_pair(token_t t0, token_t t1) {
+    return static_cast<uint32_t>(t0) | (uint64_t{static_cast<uint32_t>(t1)} << 32);
+}
+
+[[nodiscard]] inline uint64_t pack_span(uint64_t offset, uint64_t length) {
+    return offset | (length << k_span_offset_bits);
+}
+
+// Fibonacci hashing: the top bits of a multiply spread consecutive token pairs evenly.
+[[nodiscard]] inline uint64_t bucket_of(uint64_t key, int bucket_bits) {
+    return bucket_bits == 0 ? 0 : (key * 0x9E3779B97F4A7C15ull) >> (64 - bucket_bits);
+}
+
+[[nodiscard]] inline size_t align_section(size_t offset) {
+    return (offset + k_section_alignment - 1) & ~(k_section_alignment - 1);
+}
+
+}  // namespace lookup
