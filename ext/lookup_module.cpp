@@ -63,10 +63,20 @@ struct PyNgramCache {
     mutable std::shared_mutex mutex;
 };
 
+// The mapping is shared with every follower view handed to numpy, so close() (or the cache
+// being collected) never unmaps memory an array still shows. The lock keeps close() from
+// racing a drafting call on another thread.
 struct PyStaticCache {
-    lookup::StaticCache cache;
+    std::shared_ptr<lookup::StaticCache> cache = std::make_shared<lookup::StaticCache>();
     std::string path;
     std::atomic<bool> verified{false};
+    mutable std::shared_mutex mutex;
+
+    // Call with `mutex` held (shared or exclusive).
+    const lookup::StaticCache& open_cache() const {
+        if (!cache) throw py::value_error(path + ": static cache is closed");
+        return *cache;
+    }
 };
 
 struct PyStaticCacheBuilder {
@@ -155,7 +165,7 @@ void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, c
     for (const PyNgramCache* c : {context, dynamic}) {
         if (c != nullptr) check_tokens(tokens.data() + n - tail, tail, c->n_vocab);
     }
-    if (stat != nullptr) check_tokens(tokens.data() + n - tail, tail, stat->cache.header().n_vocab);
+    if (stat != nullptr) check_tokens(tokens.data() + n - tail, tail, stat->open_cache().header().n_vocab);
 }
 
 // Shared locks on the mutable sources for the length of one drafting call.
@@ -163,12 +173,14 @@ struct LockedSources {
     LockedSources(PyNgramCache* context, PyNgramCache* dynamic, PyStaticCache* stat) {
         if (context != nullptr) context_lock = std::shared_lock(context->mutex);
         if (dynamic != nullptr && dynamic != context) dynamic_lock = std::shared_lock(dynamic->mutex);
+        if (stat != nullptr) static_lock = std::shared_lock(stat->mutex);
         sources = {context ? &context->cache : nullptr, dynamic ? &dynamic->cache : nullptr,
-                   stat ? &stat->cache : nullptr};
+                   stat ? stat->cache.get() : nullptr};
     }
     lookup::DraftSources sources;
     std::shared_lock<std::shared_mutex> context_lock;
     std::shared_lock<std::shared_mutex> dynamic_lock;
+    std::shared_lock<std::shared_mutex> static_lock;
 };
 
 py::array_t<token_t> draft(const TokenArray& tokens, int64_t n_draft, PyNgramCache* context, PyNgramCache* dynamic,
@@ -209,14 +221,16 @@ py::dict replay(const TokenArray& tokens, int64_t n_ctx, int64_t n_draft, PyNgra
     check_draft_inputs(tokens, nullptr, nullptr, stat);
     const size_t n = static_cast<size_t>(tokens.size());
     if (dynamic != nullptr) check_tokens(tokens.data(), n, dynamic->n_vocab);
-    if (stat != nullptr) check_tokens(tokens.data(), n, stat->cache.header().n_vocab);
+    if (stat != nullptr) check_tokens(tokens.data(), n, stat->open_cache().header().n_vocab);
     lookup::ReplayStats s;
     {
         py::gil_scoped_release nogil;
         std::unique_lock<std::shared_mutex> lock;
+        std::shared_lock<std::shared_mutex> static_lock;
         if (dynamic != nullptr) lock = std::unique_lock(dynamic->mutex);
+        if (stat != nullptr) static_lock = std::shared_lock(stat->mutex);
         s = lookup::replay(tokens.data(), n, static_cast<size_t>(n_ctx), static_cast<size_t>(n_draft),
-                           dynamic ? &dynamic->cache : nullptr, stat ? &stat->cache : nullptr);
+                           dynamic ? &dynamic->cache : nullptr, stat ? stat->cache.get() : nullptr);
     }
     py::dict d;
     d["n_predict"] = s.n_predict;
@@ -359,11 +373,13 @@ void bind_static_cache(py::module_& m) {
             [](const std::string& path, std::optional<int64_t> n_vocab, std::optional<uint64_t> fingerprint) {
                 auto c = std::make_unique<PyStaticCache>();
                 c->path = path;
+                std::optional<uint32_t> vocab;
+                if (n_vocab) vocab = checked_vocab(*n_vocab);
                 std::string error;
                 bool ok;
                 {
                     py::gil_scoped_release nogil;
-                    ok = c->cache.open(path, n_vocab ? checked_vocab(*n_vocab) : 0, fingerprint.value_or(0), &error);
+                    ok = c->cache->open(path, vocab, fingerprint, &error);
                 }
                 if (!ok) throw CacheError(path, error);
                 return c;
@@ -371,42 +387,63 @@ void bind_static_cache(py::module_& m) {
             py::arg("path"), py::arg("n_vocab") = py::none(), py::arg("fingerprint") = py::none())
         .def("verify",
              [](PyStaticCache& c) {
-                 if (c.verified.load()) return;
                  std::string error;
                  bool ok;
                  {
                      py::gil_scoped_release nogil;
-                     ok = c.cache.verify(&error);
+                     std::shared_lock l(c.mutex);
+                     if (!c.cache) {
+                         ok = false;
+                         error = "static cache is closed";
+                     } else {
+                         ok = c.verified.load() || c.cache->verify(&error);
+                     }
                  }
                  if (!ok) throw CacheError(c.path, error);
                  c.verified.store(true);
              })
+        .def("close",
+             [](PyStaticCache& c) {
+                 py::gil_scoped_release nogil;
+                 std::unique_lock l(c.mutex);
+                 c.cache.reset();
+                 c.verified.store(false);
+             })
         .def_property_readonly("verified", [](const PyStaticCache& c) { return c.verified.load(); })
         .def_property_readonly("path", [](const PyStaticCache& c) { return c.path; })
-        .def_property_readonly("header", [](const PyStaticCache& c) { return header_dict(c.cache.header()); })
+        .def_property_readonly("header",
+                               [](const PyStaticCache& c) {
+                                   std::shared_lock l(c.mutex);
+                                   return header_dict(c.open_cache().header());
+                               })
         .def(
             "followers",
-            [](py::object self, int64_t t0, int64_t t1) {
-                const PyStaticCache& c = self.cast<const PyStaticCache&>();
-                const int64_t n_vocab = c.cache.header().n_vocab;
+            [](const PyStaticCache& c, int64_t t0, int64_t t1) {
+                std::shared_lock l(c.mutex);
+                const lookup::StaticCache& cache = c.open_cache();
+                const int64_t n_vocab = cache.header().n_vocab;
                 lookup::FollowerSpan span;
                 if (t0 >= 0 && t0 < n_vocab && t1 >= 0 && t1 < n_vocab) {
-                    span = c.cache.find(static_cast<token_t>(t0), static_cast<token_t>(t1));
+                    span = cache.find(static_cast<token_t>(t0), static_cast<token_t>(t1));
                 }
                 if (span.size == 0) return followers_copy({});
-                // A read-only view into the mapping; the array keeps the cache (and the mapping) alive.
+                // A read-only view into the mapping, which the view keeps alive past close().
+                auto* owner = new std::shared_ptr<lookup::StaticCache>(c.cache);
+                py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<lookup::StaticCache>*>(p); });
                 py::array_t<token_t> view({static_cast<py::ssize_t>(span.size), py::ssize_t{2}},
                                           {py::ssize_t{sizeof(lookup::Follower)}, py::ssize_t{sizeof(token_t)}},
-                                          reinterpret_cast<const token_t*>(span.data), self);
+                                          reinterpret_cast<const token_t*>(span.data), base);
                 view.attr("setflags")(py::arg("write") = false);
                 return view;
             },
             py::arg("t0"), py::arg("t1"))
         .def("to_arrays",
              [](const PyStaticCache& c) {
+                 std::shared_lock l(c.mutex);
+                 const lookup::StaticCache& cache = c.open_cache();
                  if (!c.verified.load()) throw py::value_error(c.path + ": static cache not verified yet");
                  CacheArrays arrays;
-                 c.cache.for_each([&](uint64_t key, const lookup::FollowerSpan& s) {
+                 cache.for_each([&](uint64_t key, const lookup::FollowerSpan& s) {
                      const token_t pair[2] = {static_cast<token_t>(key), static_cast<token_t>(key >> 32)};
                      arrays.add(lookup::make_key(pair, 2), s);
                  });
@@ -415,18 +452,22 @@ void bind_static_cache(py::module_& m) {
         .def(
             "save_upstream",
             [](const PyStaticCache& c, const std::string& path) {
-                if (!c.verified.load()) throw py::value_error(c.path + ": static cache not verified yet");
                 std::string error;
                 bool ok;
                 {
+                    std::shared_lock l(c.mutex);
+                    const lookup::StaticCache& cache = c.open_cache();
+                    if (!c.verified.load()) throw py::value_error(c.path + ": static cache not verified yet");
                     py::gil_scoped_release nogil;
-                    ok = lookup::save_upstream(path, c.cache, &error);
+                    ok = lookup::save_upstream(path, cache, &error);
                 }
                 if (!ok) raise_os_error(path, error);
             },
             py::arg("path"))
         .def("__repr__", [](const PyStaticCache& c) {
-            return "StaticCache(" + c.path + ", keys=" + std::to_string(c.cache.header().n_keys) + ")";
+            std::shared_lock l(c.mutex);
+            if (!c.cache) return "StaticCache(" + c.path + ", closed)";
+            return "StaticCache(" + c.path + ", keys=" + std::to_string(c.cache->header().n_keys) + ")";
         });
 }
 

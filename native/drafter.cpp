@@ -62,33 +62,52 @@ struct Sequence {
     return cache->find(seq.at(seq.size() - 2), seq.at(seq.size() - 1));
 }
 
-[[nodiscard]] token_t try_cache(const Sequence& seq, const NgramCache* cache, const DraftThresholds& th,
+// The keys of every n-gram size ending at the sequence's last token, longest first.
+struct TailKeys {
+    explicit TailKeys(const Sequence& seq) : n(static_cast<int>(std::min<size_t>(k_ngram_max, seq.size()))) {
+        for (int i = 0; i < n; ++i) keys[i] = seq.last_key(n - i);
+    }
+    void prefetch(const NgramCache* cache) const {
+        if (cache == nullptr) return;
+        for (int i = 0; i < n; ++i) cache->prefetch(keys[i]);
+    }
+    NgramKey keys[k_ngram_max];
+    int n;
+};
+
+[[nodiscard]] token_t try_cache(const TailKeys& tail, const NgramCache* cache, const DraftThresholds& th,
                                 const FollowerSpan& static_part) {
     if (cache == nullptr) return -1;
-    const int longest = static_cast<int>(std::min<size_t>(k_ngram_max, seq.size()));
-    for (int n = longest; n >= k_ngram_min; --n) {
-        const token_t t = best_follower(cache->find(seq.last_key(n)), static_part, th.min_sample[n - 1],
+    for (int i = 0; i < tail.n; ++i) {
+        const int n = tail.n - i;
+        const token_t t = best_follower(cache->find(tail.keys[i]), static_part, th.min_sample[n - 1],
                                         th.min_percent[n - 1]);
         if (t >= 0) return t;
     }
     return -1;
 }
 
-[[nodiscard]] token_t try_static(const FollowerSpan& static_part) {
-    uint64_t sum = 0;
-    const Follower* best = nullptr;
-    for (const Follower& f : static_part) {
-        sum += f.count;
-        if (best == nullptr || f.count > best->count) best = &f;
+// The static cache stores no per-key totals; the fallback computes them when it gets there.
+[[nodiscard]] FollowerSpan with_totals(FollowerSpan followers) {
+    for (const Follower& f : followers) {
+        followers.sum += f.count;
+        followers.max_count = std::max(followers.max_count, f.count);
     }
-    if (best == nullptr || sum < k_static_min_sample) return -1;
-    return passes_percent(best->count, sum, k_static_min_percent) ? best->token : -1;
+    return followers;
+}
+
+// Unweighted (an empty static part weighs every follower 1): the most frequent follower.
+[[nodiscard]] token_t try_static(const FollowerSpan& static_part) {
+    return best_follower(with_totals(static_part), FollowerSpan{}, k_static_min_sample, k_static_min_percent);
 }
 
 [[nodiscard]] token_t next_token(const Sequence& seq, const DraftSources& sources) {
+    const TailKeys tail(seq);
+    tail.prefetch(sources.context);
+    tail.prefetch(sources.dynamic);
     const FollowerSpan static_part = static_part_of(seq, sources.static_cache);
-    token_t t = try_cache(seq, sources.context, k_context_thresholds, static_part);
-    if (t < 0) t = try_cache(seq, sources.dynamic, k_dynamic_thresholds, static_part);
+    token_t t = try_cache(tail, sources.context, k_context_thresholds, static_part);
+    if (t < 0) t = try_cache(tail, sources.dynamic, k_dynamic_thresholds, static_part);
     if (t < 0) t = try_static(static_part);
     return t;
 }
@@ -114,15 +133,17 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t
         if (n_out < max_out && std::find(out, out + n_out, t) == out + n_out) out[n_out++] = t;
     };
     const FollowerSpan static_part = static_part_of(seq, sources.static_cache);
-    auto offer_key = [&](const FollowerSpan& followers, uint32_t min_sample, uint32_t min_percent) {
-        const token_t best = best_follower(followers, static_part, min_sample, min_percent);
+    // `weights` is the static part for the context and dynamic caches, empty for the static one.
+    auto offer_key = [&](const FollowerSpan& followers, const FollowerSpan& weights, uint32_t min_sample,
+                         uint32_t min_percent) {
+        const token_t best = best_follower(followers, weights, min_sample, min_percent);
         if (best < 0) return;
         offer(best);
         // Above 50 % at most one other follower can pass; scan for the rare ties.
         token_t runner_up = -1;
         uint64_t runner_score = 0;
         for (const Follower& f : followers) {
-            const uint64_t score = weighted_score(f, static_part);
+            const uint64_t score = weighted_score(f, weights);
             if (f.token != best && passes_percent(f.count, followers.sum, min_percent) && score > runner_score) {
                 runner_up = f.token;
                 runner_score = score;
@@ -130,18 +151,18 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t
         }
         if (runner_up >= 0) offer(runner_up);
     };
+    const TailKeys tail(seq);
     const NgramCache* caches[2] = {sources.context, sources.dynamic};
     const DraftThresholds* thresholds[2] = {&k_context_thresholds, &k_dynamic_thresholds};
-    const int longest = static_cast<int>(std::min<size_t>(k_ngram_max, seq.size()));
     for (int c = 0; c < 2; ++c) {
         if (caches[c] == nullptr) continue;
-        for (int n = longest; n >= k_ngram_min; --n) {
-            offer_key(caches[c]->find(seq.last_key(n)), thresholds[c]->min_sample[n - 1],
+        for (int i = 0; i < tail.n; ++i) {
+            const int n = tail.n - i;
+            offer_key(caches[c]->find(tail.keys[i]), static_part, thresholds[c]->min_sample[n - 1],
                       thresholds[c]->min_percent[n - 1]);
         }
     }
-    const token_t from_static = try_static(static_part);
-    if (from_static >= 0) offer(from_static);
+    offer_key(with_totals(static_part), FollowerSpan{}, k_static_min_sample, k_static_min_percent);
     return n_out;
 }
 

@@ -6,12 +6,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace lookup {
 
-// Open addressing with linear probing over packed keys; each key owns a block of the follower
-// pool holding its followers sorted by token id. Blocks come in power-of-two capacities and are
+// Open addressing with linear probing over packed keys; a key with several followers owns a
+// block of the follower pool holding them sorted by token id. Blocks come in power-of-two capacities and are
 // recycled through per-size free lists, so adding and removing files leaves no per-key heap
 // nodes behind. Views returned by find() stay valid until the next mutation.
 class NgramCache {
@@ -31,6 +32,8 @@ public:
     void clear();
 
     [[nodiscard]] FollowerSpan find(NgramKey key) const;
+    // Starts loading the key's slot so that several look-ups overlap their cache misses.
+    void prefetch(NgramKey key) const;
 
     [[nodiscard]] size_t n_keys() const { return m_n_keys; }
     [[nodiscard]] size_t n_followers() const { return m_n_followers; }
@@ -40,36 +43,51 @@ public:
     // Visits every (key, followers) pair in slot order.
     template <class Visit>
     void for_each(Visit&& visit) const {
-        for (size_t slot = 0; slot < m_keys.size(); ++slot) {
-            if (m_keys[slot].lo != k_empty_lo) visit(m_keys[slot], span_of(slot));
+        for (const Slot& slot : m_slots) {
+            if (slot.key.lo != k_empty_lo) visit(slot.key, span_of(slot));
         }
     }
 
 private:
-    struct Entry {
-        uint32_t begin;     // first follower in m_pool
-        uint32_t size;      // followers in use
-        uint32_t cap_log2;  // block capacity is 1 << cap_log2
-        uint32_t max_count;
-        uint64_t sum;
+    // Key and follower statistics share one 32-byte slot, so a lookup that the drafter's
+    // precheck rejects touches a single cache line. Most keys (long n-grams above all) have one
+    // follower; it lives in the slot itself, which spares the pool a block and a cache miss.
+    struct alignas(32) Slot {
+        NgramKey key;        // key.lo == k_empty_lo marks a free slot
+        uint32_t size_cap;   // followers (bits 0..26), log2 of the pool block's capacity (27..31)
+        uint32_t sum;        // total count (a workspace never holds 2^32 tokens)
+        Follower head;       // one follower: that follower. More: token = index of the block in
+                             // m_pool, count = the largest count (for the precheck).
+
+        [[nodiscard]] uint32_t size() const { return size_cap & k_size_mask; }
+        [[nodiscard]] uint32_t cap_log2() const { return size_cap >> k_size_bits; }
+        [[nodiscard]] uint32_t begin() const { return static_cast<uint32_t>(head.token); }
+        void set(uint32_t size, uint32_t cap_log2) { size_cap = size | (cap_log2 << k_size_bits); }
     };
+    static constexpr int k_size_bits = 27;
+    static constexpr uint32_t k_size_mask = (1u << k_size_bits) - 1;
+    static_assert(sizeof(Slot) == 32 && std::is_trivially_copyable_v<Slot>);
 
     static constexpr size_t k_min_slots = 64;
 
     [[nodiscard]] size_t home_slot(NgramKey key) const { return hash_key(key) & m_mask; }
-    [[nodiscard]] size_t find_slot(NgramKey key) const;  // m_keys.size() if absent
-    [[nodiscard]] FollowerSpan span_of(size_t slot) const;
+    [[nodiscard]] size_t find_slot(NgramKey key) const;  // m_slots.size() if absent
+    [[nodiscard]] FollowerSpan span_of(const Slot& slot) const {
+        const Follower* data = slot.size() == 1 ? &slot.head : m_pool.data() + slot.begin();
+        return {data, slot.size(), slot.sum, slot.head.count};
+    }
     size_t insert_slot(NgramKey key);
     void erase_slot(size_t slot);
     void rehash(size_t n_slots);
 
     uint32_t allocate_block(uint32_t cap_log2);
     void release_block(uint32_t begin, uint32_t cap_log2);
-    void grow_block(Entry& entry);
+    void grow_block(Slot& slot);
+    void add_to_pool(Slot& slot, token_t token, uint32_t count);
+    void remove_from_pool(Slot& slot, Follower* it, uint32_t count);
 
-    std::vector<NgramKey> m_keys;    // per slot; lo == k_empty_lo marks a free slot
-    std::vector<Entry> m_entries;    // per slot, meaningful where the key is set
-    std::vector<Follower> m_pool;    // every key's follower block
+    std::vector<Slot> m_slots;
+    std::vector<Follower> m_pool;  // every key's follower block
     std::array<std::vector<uint32_t>, 32> m_free_blocks;  // by cap_log2
     size_t m_mask = 0;
     size_t m_n_keys = 0;

@@ -49,8 +49,8 @@ namespace {
 
 }  // namespace
 
-bool StaticCache::open(const std::string& path, uint32_t expected_vocab,
-                       uint64_t expected_fingerprint, std::string* error) {
+bool StaticCache::open(const std::string& path, std::optional<uint32_t> expected_vocab,
+                       std::optional<uint64_t> expected_fingerprint, std::string* error) {
     close();
     std::string reason;
     if (!m_file.open(path, &reason)) {
@@ -65,11 +65,11 @@ bool StaticCache::open(const std::string& path, uint32_t expected_vocab,
     // mmap returns page-aligned memory, so every section offset (a multiple of 8) is aligned.
     const auto* h = reinterpret_cast<const StaticHeader*>(m_file.data());
     reason = describe_header_error(*h, m_file.size());
-    if (reason.empty() && expected_vocab != 0 && h->n_vocab != expected_vocab) {
+    if (reason.empty() && expected_vocab && h->n_vocab != *expected_vocab) {
         reason = "built for a vocabulary of " + std::to_string(h->n_vocab) + " tokens, the model has " +
-                 std::to_string(expected_vocab);
+                 std::to_string(*expected_vocab);
     }
-    if (reason.empty() && expected_fingerprint != 0 && h->tokenizer_fingerprint != expected_fingerprint) {
+    if (reason.empty() && expected_fingerprint && h->tokenizer_fingerprint != *expected_fingerprint) {
         reason = "built with another tokenizer than the model's (rebuild it with build-cache)";
     }
     if (!reason.empty()) {

@@ -6,6 +6,7 @@
 #include "static_cache_format.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace lookup {
@@ -15,10 +16,10 @@ namespace lookup {
 // corrupt bucket or span yields "no followers", never a read outside the mapping.
 class StaticCache {
 public:
-    // expected_vocab / expected_fingerprint of 0 skip that check. On failure returns false and
-    // sets `error` to a one-line reason (without the path).
-    bool open(const std::string& path, uint32_t expected_vocab, uint64_t expected_fingerprint,
-              std::string* error);
+    // Without an expected vocabulary size or fingerprint, that check is skipped. On failure
+    // returns false and sets `error` to a one-line reason (without the path).
+    bool open(const std::string& path, std::optional<uint32_t> expected_vocab,
+              std::optional<uint64_t> expected_fingerprint, std::string* error);
     bool verify(std::string* error);
     void close();
 

@@ -143,7 +143,7 @@ bool StaticCacheBuilder::write(const std::string& path, uint64_t tokenizer_finge
                                StaticHeader* written, std::string* error) {
     flush();
 
-    // Records in key order first, with spans pointing into m_entries...
+    // Records in packed-key order first, with spans pointing into m_entries...
     std::vector<StaticRecord> by_key;
     for (size_t i = 0; i < m_entries.size();) {
         const uint64_t key = triple_key(m_entries[i]);
@@ -153,6 +153,9 @@ bool StaticCacheBuilder::write(const std::string& path, uint64_t tokenizer_finge
         i = end;
     }
     const uint64_t n_keys = by_key.size();
+    // Packed keys order by (t1, t0), not as the entries do.
+    std::sort(by_key.begin(), by_key.end(),
+              [](const StaticRecord& a, const StaticRecord& b) { return a.key < b.key; });
 
     // ...then grouped by bucket (a stable counting sort keeps keys ascending inside a bucket).
     // About two keys per bucket: a lookup reads one or two cache lines of records.

@@ -1,0 +1,123 @@
+"""The lookup-stats command: replay a text file through the drafter with llama.cpp's
+`llama-lookup-stats` method and print the same fields, so the two compare line for line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lookahead_lsp._lookup import NgramCache, StaticCache, StaticCacheBuilder, replay
+from lookahead_lsp.errors import UserError
+from lookahead_lsp.models import resolve_model_path
+from lookahead_lsp.tokenizer import Tokenizer, split_at_lines
+
+STATIC_MAGIC = b"LKAHSTC\n"
+
+
+@dataclass
+class LookupStats:
+    n_draft: int
+    n_predict: int
+    n_drafted: int
+    n_accept: int
+    accept_pct: float
+    us_per_drafted_token: float
+    static_load_ms: float
+    static_verify_ms: float
+    peak_rss_mb: float
+
+
+def lookup_stats(args: argparse.Namespace) -> int:
+    if args.n_draft < 0 or args.ctx_size < 2:
+        raise UserError("--n-draft must be >= 0 and --ctx-size >= 2")
+    text_path = Path(args.file)
+    try:
+        text = text_path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read {text_path}: {e.strerror}") from e
+    with Tokenizer(resolve_model_path(args.model)) as tokenizer:
+        tokens = tokenize_like_upstream(tokenizer, text)
+        static, load_ms, verify_ms = (
+            open_static(Path(args.static_cache), tokenizer) if args.static_cache else (None, 0.0, 0.0)
+        )
+        dynamic = NgramCache(tokenizer.n_vocab)
+        if args.dynamic_cache and Path(args.dynamic_cache).exists():
+            dynamic = NgramCache.load_upstream(args.dynamic_cache, tokenizer.n_vocab)
+    counts = replay(tokens, args.ctx_size, args.n_draft, dynamic, static)
+    stats = LookupStats(
+        n_draft=args.n_draft,
+        n_predict=counts["n_predict"],
+        n_drafted=counts["n_drafted"],
+        n_accept=counts["n_accept"],
+        accept_pct=100.0 * counts["n_accept"] / max(counts["n_drafted"], 1),
+        us_per_drafted_token=counts["draft_ns"] / 1000.0 / max(counts["n_drafted"], 1),
+        static_load_ms=load_ms,
+        static_verify_ms=verify_ms,
+        # ru_maxrss is in kilobytes on Linux.
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    )
+    if counts["n_predict"] == 0:
+        print(f"note: {text_path} has {len(tokens)} tokens, fewer than one chunk of --ctx-size {args.ctx_size}")
+    print(json.dumps(asdict(stats)) if args.json else format_stats(stats, counts["draft_ns"]))
+    return 0
+
+
+def tokenize_like_upstream(tokenizer: Tokenizer, text: bytes) -> np.ndarray:
+    """The whole file as upstream tokenizes its prompt (BOS added, special texts parsed), but in
+    ~16 KB pieces cut at line ends: one call on a large file is super-linearly slow, and the
+    tokens can differ only at the few cut points."""
+    pieces = split_at_lines(text)
+    arrays = [
+        tokenizer.tokenize(piece, add_special=(i == 0), parse_special=True)
+        for i, piece in enumerate(pieces)
+    ]
+    return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int32)
+
+
+def open_static(path: Path, tokenizer: Tokenizer) -> tuple[StaticCache, float, float]:
+    """Opens (and times) a static cache: ours, or a llama.cpp lookup cache, which is converted to
+    ours in a temporary file first (that conversion counts as loading)."""
+    fingerprint = tokenizer.fingerprint  # computed once per tokenizer, not part of opening
+    started = time.perf_counter()
+    with path.open("rb") as f:
+        is_ours = f.read(len(STATIC_MAGIC)) == STATIC_MAGIC
+    if is_ours:
+        cache = StaticCache.open(str(path), tokenizer.n_vocab, fingerprint)
+    else:
+        upstream = NgramCache.load_upstream(str(path), tokenizer.n_vocab)
+        builder = StaticCacheBuilder(tokenizer.n_vocab)
+        builder.add_cache(upstream)
+        with tempfile.TemporaryDirectory() as tmp:
+            converted = str(Path(tmp) / "static.cache")
+            builder.write(converted, fingerprint)
+            cache = StaticCache.open(converted, tokenizer.n_vocab, fingerprint)
+    load_ms = (time.perf_counter() - started) * 1000.0
+    started = time.perf_counter()
+    cache.verify()
+    return cache, load_ms, (time.perf_counter() - started) * 1000.0
+
+
+def format_stats(s: LookupStats, draft_ns: int) -> str:
+    draft_ms = draft_ns / 1e6
+    tokens_per_s = s.n_drafted / (draft_ns / 1e9) if draft_ns else 0.0
+    return "\n".join(
+        [
+            f"n_draft      = {s.n_draft}",
+            f"n_predict    = {s.n_predict}",
+            f"n_drafted    = {s.n_drafted}",
+            f"t_draft_flat = {s.static_load_ms:.2f} ms",
+            f"t_verify     = {s.static_verify_ms:.2f} ms",
+            f"t_draft      = {draft_ms:.2f} ms, {s.us_per_drafted_token:.3f} us per token, "
+            f"{tokens_per_s:.2f} tokens per second",
+            f"n_accept     = {s.n_accept}",
+            f"accept       = {s.accept_pct:.3f}%",
+            f"peak_rss     = {s.peak_rss_mb:.1f} MB",
+        ]
+    )
