@@ -19,8 +19,15 @@ install: $(PY)
 test: install
 	$(PY) -m pytest -q
 
+# Until the completion engine lands, the demo shows the lookup core on real code: a static cache
+# of the standard library's asyncio package, then a replay of http/client.py drafted from it.
 demo: install
-	$(VENV)/bin/lookahead-lsp demo
+	@stdlib=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])'); \
+	mkdir -p build/demo && \
+	$(VENV)/bin/lookahead-lsp build-cache "$$stdlib/asyncio" -o build/demo/asyncio.cache && \
+	$(VENV)/bin/lookahead-lsp inspect-cache build/demo/asyncio.cache --verify && \
+	$(VENV)/bin/lookahead-lsp lookup-stats --file "$$stdlib/http/client.py" --ctx-size 2048 \
+		--static-cache build/demo/asyncio.cache
 
 bench: install
 	$(PY) bench/lookup_bench.py

@@ -39,6 +39,24 @@ struct CacheError : std::runtime_error {
     throw py::error_already_set();
 }
 
+// Token ids from any array-like: integers only, 1-D, within int32 (checked before narrowing, so
+// that 2**32 + 5 is refused rather than read as 5). int32 input is used without a copy.
+TokenArray as_tokens(const py::object& token_ids) {
+    py::array arr = py::array::ensure(token_ids);
+    if (!arr) throw py::value_error("tokens must be an array of token ids");
+    if (arr.ndim() != 1) throw py::value_error("tokens must be a 1-D array of token ids");
+    const char kind = arr.dtype().kind();
+    if (arr.size() > 0 && kind != 'i' && kind != 'u') {
+        throw py::value_error("tokens must be integers, not " + py::str(arr.dtype()).cast<std::string>());
+    }
+    if (arr.size() > 0 && !(kind == 'i' && arr.itemsize() == 4)) {
+        const auto low = arr.attr("min")().cast<long double>();
+        const auto high = arr.attr("max")().cast<long double>();
+        if (low < 0 || high > 0x7FFFFFFF) throw py::value_error("token ids must be in [0, 2**31)");
+    }
+    return TokenArray::ensure(arr);
+}
+
 void check_tokens(const token_t* tokens, size_t n, uint32_t n_vocab) {
     for (size_t i = 0; i < n; ++i) {
         if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= n_vocab) {
@@ -156,7 +174,9 @@ bool caches_equal(const lookup::NgramCache& a, const lookup::NgramCache& b) {
 // (the only ones drafting reads) must be inside every cache's vocabulary.
 void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, const PyNgramCache* dynamic,
                         const PyStaticCache* stat) {
-    if (tokens.ndim() != 1) throw py::value_error("tokens must be a 1-D array of token ids");
+    if (context != nullptr && dynamic != nullptr && context->n_vocab != dynamic->n_vocab) {
+        throw py::value_error("the context and dynamic caches have different vocabulary sizes");
+    }
     if (stat != nullptr && !stat->verified.load()) {
         throw py::value_error(stat->path + ": static cache not verified yet (call verify() first)");
     }
@@ -183,9 +203,10 @@ struct LockedSources {
     std::shared_lock<std::shared_mutex> static_lock;
 };
 
-py::array_t<token_t> draft(const TokenArray& tokens, int64_t n_draft, PyNgramCache* context, PyNgramCache* dynamic,
+py::array_t<token_t> draft(const py::object& token_ids, int64_t n_draft, PyNgramCache* context, PyNgramCache* dynamic,
                            PyStaticCache* stat) {
     if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
+    const TokenArray tokens = as_tokens(token_ids);
     check_draft_inputs(tokens, context, dynamic, stat);
     std::vector<token_t> out(static_cast<size_t>(n_draft));
     size_t n = 0;
@@ -197,12 +218,13 @@ py::array_t<token_t> draft(const TokenArray& tokens, int64_t n_draft, PyNgramCac
     return py::array_t<token_t>(static_cast<py::ssize_t>(n), out.data());
 }
 
-py::tuple draft_tree(const TokenArray& tokens, int64_t n_draft, int64_t max_branches, PyNgramCache* context,
+py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_branches, PyNgramCache* context,
                      PyNgramCache* dynamic, PyStaticCache* stat) {
     if (n_draft < 0 || max_branches < 0) throw py::value_error("n_draft and max_branches must be >= 0");
     const size_t capacity = static_cast<size_t>(n_draft) * static_cast<size_t>(std::min<int64_t>(max_branches, 16));
     std::vector<token_t> out_tokens(capacity);
     std::vector<int32_t> out_parents(capacity);
+    const TokenArray tokens = as_tokens(token_ids);
     check_draft_inputs(tokens, context, dynamic, stat);
     size_t n = 0;
     {
@@ -216,10 +238,13 @@ py::tuple draft_tree(const TokenArray& tokens, int64_t n_draft, int64_t max_bran
                           py::array_t<int32_t>(static_cast<py::ssize_t>(n), out_parents.data()));
 }
 
-py::dict replay(const TokenArray& tokens, int64_t n_ctx, int64_t n_draft, PyNgramCache* dynamic, PyStaticCache* stat) {
+py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyNgramCache* dynamic, PyStaticCache* stat) {
     if (n_ctx <= 0 || n_draft < 0) throw py::value_error("n_ctx must be > 0 and n_draft >= 0");
+    const TokenArray tokens = as_tokens(token_ids);
     check_draft_inputs(tokens, nullptr, nullptr, stat);
     const size_t n = static_cast<size_t>(tokens.size());
+    // The replay's own context cache has no vocabulary; negative ids would alias key padding.
+    check_tokens(tokens.data(), n, 0x7FFFFFFF);
     if (dynamic != nullptr) check_tokens(tokens.data(), n, dynamic->n_vocab);
     if (stat != nullptr) check_tokens(tokens.data(), n, stat->open_cache().header().n_vocab);
     lookup::ReplayStats s;
@@ -265,8 +290,9 @@ void bind_ngram_cache(py::module_& m) {
         .def_property_readonly("memory_bytes", [](const PyNgramCache& c) { std::shared_lock l(c.mutex); return c.cache.memory_bytes(); })
         .def(
             "add",
-            [](PyNgramCache& c, const TokenArray& tokens, int64_t first) {
+            [](PyNgramCache& c, const py::object& token_ids, int64_t first) {
                 if (first < 0) throw py::value_error("first must be >= 0");
+                const TokenArray tokens = as_tokens(token_ids);
                 check_tokens(tokens.data(), static_cast<size_t>(tokens.size()), c.n_vocab);
                 py::gil_scoped_release nogil;
                 std::unique_lock l(c.mutex);
@@ -275,8 +301,9 @@ void bind_ngram_cache(py::module_& m) {
             py::arg("tokens"), py::arg("first") = 0)
         .def(
             "remove",
-            [](PyNgramCache& c, const TokenArray& tokens, int64_t first) {
+            [](PyNgramCache& c, const py::object& token_ids, int64_t first) {
                 if (first < 0) throw py::value_error("first must be >= 0");
+                const TokenArray tokens = as_tokens(token_ids);
                 check_tokens(tokens.data(), static_cast<size_t>(tokens.size()), c.n_vocab);
                 py::gil_scoped_release nogil;
                 std::unique_lock l(c.mutex);
@@ -424,7 +451,7 @@ void bind_static_cache(py::module_& m) {
                 const int64_t n_vocab = cache.header().n_vocab;
                 lookup::FollowerSpan span;
                 if (t0 >= 0 && t0 < n_vocab && t1 >= 0 && t1 < n_vocab) {
-                    span = cache.find(static_cast<token_t>(t0), static_cast<token_t>(t1));
+                    span = cache.find(static_cast<token_t>(t0), static_cast<token_t>(t1)).followers;
                 }
                 if (span.size == 0) return followers_copy({});
                 // A read-only view into the mapping, which the view keeps alive past close().
@@ -443,8 +470,8 @@ void bind_static_cache(py::module_& m) {
                  const lookup::StaticCache& cache = c.open_cache();
                  if (!c.verified.load()) throw py::value_error(c.path + ": static cache not verified yet");
                  CacheArrays arrays;
-                 cache.for_each([&](uint64_t key, const lookup::FollowerSpan& s) {
-                     const token_t pair[2] = {static_cast<token_t>(key), static_cast<token_t>(key >> 32)};
+                 cache.for_each([&](token_t t0, token_t t1, const lookup::FollowerSpan& s) {
+                     const token_t pair[2] = {t0, t1};
                      arrays.add(lookup::make_key(pair, 2), s);
                  });
                  return arrays.to_numpy();
@@ -476,7 +503,8 @@ void bind_builder(py::module_& m) {
         .def(py::init<int64_t>(), py::arg("n_vocab"))
         .def(
             "add",
-            [](PyStaticCacheBuilder& b, const TokenArray& tokens) {
+            [](PyStaticCacheBuilder& b, const py::object& token_ids) {
+                const TokenArray tokens = as_tokens(token_ids);
                 check_tokens(tokens.data(), static_cast<size_t>(tokens.size()), b.n_vocab);
                 py::gil_scoped_release nogil;
                 b.builder.add(tokens.data(), static_cast<size_t>(tokens.size()));

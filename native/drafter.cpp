@@ -57,7 +57,7 @@ struct Sequence {
     return passes_percent(best->count, followers.sum, min_percent) ? best->token : -1;
 }
 
-[[nodiscard]] FollowerSpan static_part_of(const Sequence& seq, const StaticCache* cache) {
+[[nodiscard]] StaticCache::Entry static_entry(const Sequence& seq, const StaticCache* cache) {
     if (cache == nullptr) return {};
     return cache->find(seq.at(seq.size() - 2), seq.at(seq.size() - 1));
 }
@@ -87,7 +87,7 @@ struct TailKeys {
     return -1;
 }
 
-// The static cache stores no per-key totals; the fallback computes them when it gets there.
+// The static cache stores no per-key totals; the token tree computes them when it needs them.
 [[nodiscard]] FollowerSpan with_totals(FollowerSpan followers) {
     for (const Follower& f : followers) {
         followers.sum += f.count;
@@ -96,20 +96,14 @@ struct TailKeys {
     return followers;
 }
 
-// Unweighted (an empty static part weighs every follower 1): the most frequent follower.
-[[nodiscard]] token_t try_static(const FollowerSpan& static_part) {
-    return best_follower(with_totals(static_part), FollowerSpan{}, k_static_min_sample, k_static_min_percent);
-}
-
 [[nodiscard]] token_t next_token(const Sequence& seq, const DraftSources& sources) {
     const TailKeys tail(seq);
     tail.prefetch(sources.context);
     tail.prefetch(sources.dynamic);
-    const FollowerSpan static_part = static_part_of(seq, sources.static_cache);
-    token_t t = try_cache(tail, sources.context, k_context_thresholds, static_part);
-    if (t < 0) t = try_cache(tail, sources.dynamic, k_dynamic_thresholds, static_part);
-    if (t < 0) t = try_static(static_part);
-    return t;
+    const StaticCache::Entry stat = static_entry(seq, sources.static_cache);
+    token_t t = try_cache(tail, sources.context, k_context_thresholds, stat.followers);
+    if (t < 0) t = try_cache(tail, sources.dynamic, k_dynamic_thresholds, stat.followers);
+    return t >= 0 ? t : stat.fallback;
 }
 
 // Continues the draft already in out[0..n_out) up to n_draft tokens.
@@ -132,7 +126,7 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t
     auto offer = [&](token_t t) {
         if (n_out < max_out && std::find(out, out + n_out, t) == out + n_out) out[n_out++] = t;
     };
-    const FollowerSpan static_part = static_part_of(seq, sources.static_cache);
+    const FollowerSpan static_part = static_entry(seq, sources.static_cache).followers;
     // `weights` is the static part for the context and dynamic caches, empty for the static one.
     auto offer_key = [&](const FollowerSpan& followers, const FollowerSpan& weights, uint32_t min_sample,
                          uint32_t min_percent) {

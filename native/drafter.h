@@ -26,8 +26,6 @@ struct DraftThresholds {
 
 inline constexpr DraftThresholds k_context_thresholds{{2, 2, 1, 1}, {66, 50, 50, 50}};  // "lax"
 inline constexpr DraftThresholds k_dynamic_thresholds{{4, 3, 2, 2}, {75, 66, 66, 66}};  // "strict"
-inline constexpr uint32_t k_static_min_sample = 2;
-inline constexpr uint32_t k_static_min_percent = 50;
 // A follower also seen after the same 2 tokens in the static cache has its count multiplied by
 // this times its static count.
 inline constexpr uint64_t k_static_weight = 100;
@@ -37,7 +35,7 @@ inline constexpr uint64_t k_static_weight = 100;
 //     followers scored count x (100 x static count, or 1 if absent from the static followers of
 //     the last two tokens), in 64-bit arithmetic;
 //  3. static cache alone on the last two tokens: its most frequent follower, if the total is
-//     >= 2 and it holds >= 50 %.
+//     >= 2 and it holds >= 50 % (decided when the file was built, see static_cache_format.h).
 // Score ties go to the lowest token id. Sizes longer than the sequence are skipped; fewer than
 // two known tokens draft nothing (as upstream). Returns the number of tokens drafted.
 size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,

@@ -59,7 +59,7 @@ void NgramCache::erase_slot(size_t slot) {
 void NgramCache::rehash(size_t n_slots) {
     Slot empty{};
     empty.key = NgramKey{k_empty_lo, k_empty_lo};
-    std::vector<Slot> old(n_slots, empty);
+    std::vector<Slot, HugePageAllocator<Slot>> old(n_slots, empty);
     old.swap(m_slots);
     m_mask = n_slots - 1;
     for (const Slot& s : old) {
@@ -183,25 +183,38 @@ void NgramCache::remove_from_pool(Slot& s, Follower* it, uint32_t count) {
     }
 }
 
-void NgramCache::add(const token_t* tokens, size_t n_tokens, size_t first) {
-    for (size_t i = std::max<size_t>(first, 1); i < n_tokens; ++i) {
-        const int longest = static_cast<int>(std::min<size_t>(k_ngram_max, i));
-        NgramKey keys[k_ngram_max];
-        for (int n = 1; n <= longest; ++n) {
-            keys[n - 1] = make_key(tokens + i - n, n);
-            prefetch(keys[n - 1]);
+// Calls apply(key, follower) for every n-gram whose follower index is >= first. The keys of a
+// run of positions are computed and prefetched before any is touched, so that their cache
+// misses overlap: a workspace's table lives far outside the CPU caches.
+template <class Apply>
+void NgramCache::for_each_ngram(const token_t* tokens, size_t n_tokens, size_t first, Apply&& apply) const {
+    constexpr size_t k_run = 8;
+    NgramKey keys[k_run * k_ngram_max];
+    for (size_t begin = std::max<size_t>(first, 1); begin < n_tokens; begin += k_run) {
+        const size_t end = std::min(begin + k_run, n_tokens);
+        size_t n_keys = 0;
+        for (size_t i = begin; i < end; ++i) {
+            for (size_t n = 1; n <= k_ngram_max && n <= i; ++n) {
+                keys[n_keys] = make_key(tokens + i - n, static_cast<int>(n));
+                prefetch(keys[n_keys++]);
+            }
         }
-        for (int n = 1; n <= longest; ++n) add_count(keys[n - 1], tokens[i], 1);
+        n_keys = 0;
+        for (size_t i = begin; i < end; ++i) {
+            for (size_t n = 1; n <= k_ngram_max && n <= i; ++n) apply(keys[n_keys++], tokens[i]);
+        }
     }
+}
+
+void NgramCache::add(const token_t* tokens, size_t n_tokens, size_t first) {
+    for_each_ngram(tokens, n_tokens, first, [this](NgramKey key, token_t token) { add_count(key, token, 1); });
 }
 
 size_t NgramCache::remove(const token_t* tokens, size_t n_tokens, size_t first) {
     size_t missing = 0;
-    for (size_t i = std::max<size_t>(first, 1); i < n_tokens; ++i) {
-        for (int n = k_ngram_min; n <= k_ngram_max && static_cast<size_t>(n) <= i; ++n) {
-            missing += remove_count(make_key(tokens + i - n, n), tokens[i], 1) ? 0 : 1;
-        }
-    }
+    for_each_ngram(tokens, n_tokens, first, [&](NgramKey key, token_t token) {
+        missing += remove_count(key, token, 1) ? 0 : 1;
+    });
     return missing;
 }
 

@@ -1,6 +1,7 @@
 // The mutable n-gram cache (n = 1..4) behind the context and the workspace ("dynamic") caches.
 #pragma once
 
+#include "huge_page_allocator.h"
 #include "ngram.h"
 
 #include <array>
@@ -84,10 +85,12 @@ private:
     void release_block(uint32_t begin, uint32_t cap_log2);
     void grow_block(Slot& slot);
     void add_to_pool(Slot& slot, token_t token, uint32_t count);
+    template <class Apply>
+    void for_each_ngram(const token_t* tokens, size_t n_tokens, size_t first, Apply&& apply) const;
     void remove_from_pool(Slot& slot, Follower* it, uint32_t count);
 
-    std::vector<Slot> m_slots;
-    std::vector<Follower> m_pool;  // every key's follower block
+    std::vector<Slot, HugePageAllocator<Slot>> m_slots;
+    std::vector<Follower, HugePageAllocator<Follower>> m_pool;  // every multi-follower key's block
     std::array<std::vector<uint32_t>, 32> m_free_blocks;  // by cap_log2
     size_t m_mask = 0;
     size_t m_n_keys = 0;

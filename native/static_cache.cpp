@@ -102,14 +102,15 @@ FollowerSpan StaticCache::span_at(uint64_t span) const {
     return {m_followers + offset, static_cast<uint32_t>(length), 0, 0};
 }
 
-FollowerSpan StaticCache::find(token_t t0, token_t t1) const {
-    const uint64_t key = pack_pair(t0, t1);
-    const uint64_t bucket = bucket_of(key, m_bucket_bits);
+StaticCache::Entry StaticCache::find(token_t t0, token_t t1) const {
+    const uint64_t pair = pack_pair(t0, t1);
+    const uint64_t bucket = bucket_of(pair, m_bucket_bits);
     const uint64_t first = m_buckets[bucket];
     const uint64_t last = m_buckets[bucket + 1];
     if (first > last || last > m_header->n_keys) return {};
     for (uint64_t i = first; i < last; ++i) {
-        if (m_records[i].key == key) return span_at(m_records[i].span);
+        const StaticRecord& r = m_records[i];
+        if ((r.key & k_pair_mask) == pair) return {span_at(r.span), record_fallback(r.key)};
     }
     return {};
 }
@@ -140,23 +141,31 @@ bool StaticCache::verify(std::string* error) {
         }
         for (uint64_t i = m_buckets[b]; i < m_buckets[b + 1]; ++i) {
             const StaticRecord& r = m_records[i];
-            const auto t0 = static_cast<uint32_t>(r.key), t1 = static_cast<uint32_t>(r.key >> 32);
+            const auto t0 = static_cast<uint32_t>(pair_token(r.key, 0));
+            const auto t1 = static_cast<uint32_t>(pair_token(r.key, 1));
             const bool key_ok = t0 < h.n_vocab && t1 < h.n_vocab && bucket_of(r.key, m_bucket_bits) == b &&
-                                (i == m_buckets[b] || m_records[i - 1].key < r.key);
+                                (i == m_buckets[b] || (m_records[i - 1].key & k_pair_mask) < (r.key & k_pair_mask));
             const uint64_t offset = r.span & k_span_offset_mask, length = r.span >> k_span_offset_bits;
             if (!key_ok || offset != next_offset || length == 0 || length > h.n_followers - offset) {
                 *error = "corrupt (record " + std::to_string(i) + ")";
                 return false;
             }
-            for (uint64_t f = offset; f < offset + length; ++f) {
-                const Follower& fw = m_followers[f];
+            const Follower* followers = m_followers + offset;
+            for (uint64_t f = 0; f < length; ++f) {
+                const Follower& fw = followers[f];
                 const bool ok = fw.token >= 0 && static_cast<uint32_t>(fw.token) < h.n_vocab && fw.count > 0 &&
-                                (f == offset || m_followers[f - 1].token < fw.token);
+                                (f == 0 || followers[f - 1].token < fw.token);
                 if (!ok) {
-                    *error = "corrupt (follower " + std::to_string(f) + ")";
+                    *error = "corrupt (follower " + std::to_string(offset + f) + ")";
                     return false;
                 }
                 total += fw.count;
+            }
+            const token_t fallback = static_fallback(
+                length, [&](size_t f) { return followers[f].token; }, [&](size_t f) { return followers[f].count; });
+            if (record_fallback(r.key) != fallback) {
+                *error = "corrupt (record " + std::to_string(i) + " drafting decision)";
+                return false;
             }
             next_offset = offset + length;
         }

@@ -27,14 +27,19 @@ public:
     [[nodiscard]] bool verified() const { return m_verified; }
     [[nodiscard]] const StaticHeader& header() const { return *m_header; }
 
-    [[nodiscard]] FollowerSpan find(token_t t0, token_t t1) const;
+    // A pair's followers and the token the static cache alone drafts after it (-1: none).
+    struct Entry {
+        FollowerSpan followers;
+        token_t fallback = -1;
+    };
+    [[nodiscard]] Entry find(token_t t0, token_t t1) const;
 
-    // Visits every (key, followers) pair in file order; only meaningful after verify().
+    // Visits every (t0, t1, followers) in file order; only meaningful after verify().
     template <class Visit>
     void for_each(Visit&& visit) const {
         for (uint64_t i = 0; i < m_header->n_keys; ++i) {
             const StaticRecord& r = m_records[i];
-            visit(r.key, span_at(r.span));
+            visit(pair_token(r.key, 0), pair_token(r.key, 1), span_at(r.span));
         }
     }
 

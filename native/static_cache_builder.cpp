@@ -25,7 +25,7 @@ constexpr size_t k_min_pending = size_t{1} << 20;
            uint64_t(uint32_t(follower));
 }
 
-[[nodiscard]] uint64_t triple_key(uint64_t triple) {
+[[nodiscard]] uint64_t triple_pair(uint64_t triple) {
     return pack_pair(static_cast<token_t>(triple >> (2 * k_token_bits)),
                      static_cast<token_t>((triple >> k_token_bits) & k_token_mask));
 }
@@ -146,16 +146,20 @@ bool StaticCacheBuilder::write(const std::string& path, uint64_t tokenizer_finge
     // Records in packed-key order first, with spans pointing into m_entries...
     std::vector<StaticRecord> by_key;
     for (size_t i = 0; i < m_entries.size();) {
-        const uint64_t key = triple_key(m_entries[i]);
+        const uint64_t pair = triple_pair(m_entries[i]);
         size_t end = i + 1;
-        while (end < m_entries.size() && triple_key(m_entries[end]) == key) ++end;
-        by_key.push_back({key, pack_span(i, end - i)});
+        while (end < m_entries.size() && triple_pair(m_entries[end]) == pair) ++end;
+        const token_t fallback = static_fallback(
+            end - i, [&](size_t f) { return triple_follower(m_entries[i + f]); },
+            [&](size_t f) { return m_counts[i + f]; });
+        by_key.push_back({with_fallback(pair, fallback), pack_span(i, end - i)});
         i = end;
     }
     const uint64_t n_keys = by_key.size();
-    // Packed keys order by (t1, t0), not as the entries do.
-    std::sort(by_key.begin(), by_key.end(),
-              [](const StaticRecord& a, const StaticRecord& b) { return a.key < b.key; });
+    // Packed pairs order by (t1, t0), not as the entries do.
+    std::sort(by_key.begin(), by_key.end(), [](const StaticRecord& a, const StaticRecord& b) {
+        return (a.key & k_pair_mask) < (b.key & k_pair_mask);
+    });
 
     // ...then grouped by bucket (a stable counting sort keeps keys ascending inside a bucket).
     // About two keys per bucket: a lookup reads one or two cache lines of records.

@@ -5,6 +5,9 @@
 //   [records: StaticRecord x n_keys]      grouped by bucket, ascending key inside a bucket
 //   [followers: Follower x n_followers]   each key's followers, ascending token id
 //
+// The static-only drafting decision for each pair (its most frequent follower if the total count
+// is >= 2 and it holds >= 50 %) is made once, when the file is built, and kept in the record:
+// it would otherwise need a pass over all of a pair's followers at every drafting step.
 // Sections start on 64-byte boundaries. All integers are little-endian as written by the
 // machine that built the file; byte_order_mark detects a file from a machine of the other
 // endianness. The checksum covers the whole file with the checksum field read as zero.
@@ -18,11 +21,15 @@
 
 namespace lookup {
 
+// The static-only drafting rule, baked into every file (a change needs a new format version).
+inline constexpr uint32_t k_static_min_sample = 2;
+inline constexpr uint32_t k_static_min_percent = 50;
+
 inline constexpr char k_static_magic[8] = {'L', 'K', 'A', 'H', 'S', 'T', 'C', '\n'};
 inline constexpr uint32_t k_static_format_version = 1;
 inline constexpr uint32_t k_byte_order_mark = 0x01020304u;
 inline constexpr size_t k_section_alignment = 64;
-// The builder packs a 2-gram and its follower into one 63-bit word: 21 bits per token.
+// Token ids take 21 bits in records and in the builder's packed (t0, t1, follower) words.
 inline constexpr uint32_t k_static_max_vocab = 1u << 21;
 
 struct StaticHeader {
@@ -46,26 +53,59 @@ struct StaticHeader {
 static_assert(sizeof(StaticHeader) == 128 && std::is_trivially_copyable_v<StaticHeader>);
 
 struct StaticRecord {
-    uint64_t key;   // token 0 in bits 0..31, token 1 in bits 32..63
+    uint64_t key;   // token 0 in bits 0..20, token 1 in bits 21..41, the fallback draft + 1 in
+                    // bits 42..63 (0: the static cache alone drafts nothing after this pair)
     uint64_t span;  // first follower in bits 0..39, follower count in bits 40..63
 };
 static_assert(sizeof(StaticRecord) == 16 && std::is_trivially_copyable_v<StaticRecord>);
+
+inline constexpr int k_pair_token_bits = 21;
+inline constexpr uint64_t k_pair_token_mask = (uint64_t{1} << k_pair_token_bits) - 1;
+inline constexpr uint64_t k_pair_mask = (uint64_t{1} << (2 * k_pair_token_bits)) - 1;
 
 inline constexpr int k_span_offset_bits = 40;
 inline constexpr uint64_t k_span_offset_mask = (uint64_t{1} << k_span_offset_bits) - 1;
 inline constexpr uint64_t k_span_max_length = (uint64_t{1} << (64 - k_span_offset_bits)) - 1;
 
 [[nodiscard]] inline uint64_t pack_pair(token_t t0, token_t t1) {
-    return static_cast<uint32_t>(t0) | (uint64_t{static_cast<uint32_t>(t1)} << 32);
+    return static_cast<uint64_t>(t0) | (static_cast<uint64_t>(t1) << k_pair_token_bits);
+}
+[[nodiscard]] inline token_t pair_token(uint64_t key, int i) {
+    return static_cast<token_t>((key >> (i * k_pair_token_bits)) & k_pair_token_mask);
+}
+[[nodiscard]] inline uint64_t with_fallback(uint64_t pair, token_t fallback) {
+    return pair | (static_cast<uint64_t>(fallback + 1) << (2 * k_pair_token_bits));
+}
+[[nodiscard]] inline token_t record_fallback(uint64_t key) {
+    return static_cast<token_t>(key >> (2 * k_pair_token_bits)) - 1;
 }
 
 [[nodiscard]] inline uint64_t pack_span(uint64_t offset, uint64_t length) {
     return offset | (length << k_span_offset_bits);
 }
 
-// Fibonacci hashing: the top bits of a multiply spread consecutive token pairs evenly.
-[[nodiscard]] inline uint64_t bucket_of(uint64_t key, int bucket_bits) {
-    return bucket_bits == 0 ? 0 : (key * 0x9E3779B97F4A7C15ull) >> (64 - bucket_bits);
+// Fibonacci hashing of the token pair: the top bits of a multiply spread pairs evenly.
+[[nodiscard]] inline uint64_t bucket_of(uint64_t pair, int bucket_bits) {
+    return bucket_bits == 0 ? 0 : ((pair & k_pair_mask) * 0x9E3779B97F4A7C15ull) >> (64 - bucket_bits);
+}
+
+// The static-only decision for one pair whose followers are given in ascending token order:
+// the most frequent (the lowest token id among equals), if the rule above lets it through.
+template <class TokenAt, class CountAt>
+[[nodiscard]] token_t static_fallback(size_t n_followers, TokenAt token_at, CountAt count_at) {
+    uint64_t sum = 0;
+    uint64_t best_count = 0;
+    token_t best = -1;
+    for (size_t i = 0; i < n_followers; ++i) {
+        const uint64_t count = count_at(i);
+        sum += count;
+        if (count > best_count) {
+            best_count = count;
+            best = token_at(i);
+        }
+    }
+    const bool qualifies = sum >= k_static_min_sample && 100 * best_count >= k_static_min_percent * sum;
+    return qualifies ? best : -1;
 }
 
 [[nodiscard]] inline size_t align_section(size_t offset) {

@@ -145,8 +145,8 @@ bool save_upstream(const std::string& path, const NgramCache& cache, std::string
 
 bool save_upstream(const std::string& path, const StaticCache& cache, std::string* error) {
     UpstreamWriter writer;
-    cache.for_each([&](uint64_t key, const FollowerSpan& followers) {
-        const token_t pair[2] = {static_cast<token_t>(key), static_cast<token_t>(key >> 32)};
+    cache.for_each([&](token_t t0, token_t t1, const FollowerSpan& followers) {
+        const token_t pair[2] = {t0, t1};
         writer.add(make_key(pair, 2), followers);
     });
     return writer.commit(path, error);

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -64,7 +65,10 @@ def lookup_stats(args: argparse.Namespace) -> int:
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
     )
     if counts["n_predict"] == 0:
-        print(f"note: {text_path} has {len(tokens)} tokens, fewer than one chunk of --ctx-size {args.ctx_size}")
+        print(
+            f"note: {text_path} has {len(tokens)} tokens, fewer than one chunk of --ctx-size {args.ctx_size}",
+            file=sys.stderr,
+        )
     print(json.dumps(asdict(stats)) if args.json else format_stats(stats, counts["draft_ns"]))
     return 0
 

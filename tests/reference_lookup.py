@@ -1,0 +1,373 @@
+"""A pure-Python reference for the native n-gram lookup core (`lookahead_lsp._lookup`).
+
+Written to be obviously correct, not fast. It follows llama.cpp's prompt-lookup drafter
+(`common/ngram-cache.cpp`, `llama-lookup-stats`) with the project's deterministic rules:
+
+* A cache maps a key (a tuple of 1..4 token ids) to its followers {token: count}. Adding a token
+  sequence with `first` counts, for every follower index i >= first and every n-gram size n <= i,
+  key tokens[i-n:i] -> follower tokens[i]. `remove` undoes `add`.
+* Drafting tries the context cache (lax thresholds) for n = 4..1, then the dynamic cache (strict
+  thresholds) for n = 4..1, each follower's score being count * w with w = 100 * (its count among
+  the static followers of the last two tokens) if it is one of them, else 1; then the static cache
+  alone. Ties go to the lowest token id. Scores are Python ints: no overflow.
+
+Also a few corpus helpers shared by the tests (a regex tokenizer over Python stdlib sources).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Optional
+
+NGRAM_MIN = 1
+NGRAM_MAX = 4
+STATIC_NGRAM = 2
+
+# Context cache ("lax") and dynamic cache ("strict") thresholds, indexed by n-gram size.
+LAX_MIN_SAMPLE = {1: 2, 2: 2, 3: 1, 4: 1}
+LAX_MIN_PERCENT = {1: 66, 2: 50, 3: 50, 4: 50}
+STRICT_MIN_SAMPLE = {1: 4, 2: 3, 3: 2, 4: 2}
+STRICT_MIN_PERCENT = {1: 75, 2: 66, 3: 66, 4: 66}
+# The static cache alone.
+STATIC_MIN_SAMPLE = 2
+STATIC_MIN_PERCENT = 50
+
+Key = tuple[int, ...]
+
+
+class RefCache:
+    """key tuple -> {follower token: count}. `orders` are the n-gram sizes it counts:
+    (1, 2, 3, 4) for a context/dynamic cache, (2,) for a static cache."""
+
+    def __init__(self, orders: Sequence[int] = (1, 2, 3, 4)) -> None:
+        self.orders = tuple(orders)
+        self.data: dict[Key, dict[int, int]] = {}
+
+    def _occurrences(self, tokens: Sequence[int], first: int) -> Iterable[tuple[Key, int]]:
+        tokens = [int(t) for t in tokens]
+        for n in self.orders:
+            for i in range(max(first, n), len(tokens)):
+                yield tuple(tokens[i - n : i]), tokens[i]
+
+    def add(self, tokens: Sequence[int], first: int = 0) -> None:
+        for key, tok in self._occurrences(tokens, first):
+            followers = self.data.setdefault(key, {})
+            followers[tok] = followers.get(tok, 0) + 1
+
+    def remove(self, tokens: Sequence[int], first: int = 0) -> int:
+        """Undo add(tokens, first); returns how many occurrences were not present."""
+        missing = 0
+        for key, tok in self._occurrences(tokens, first):
+            followers = self.data.get(key)
+            if followers is None or tok not in followers:
+                missing += 1
+                continue
+            followers[tok] -= 1
+            if followers[tok] == 0:
+                del followers[tok]
+                if not followers:
+                    del self.data[key]
+        return missing
+
+    def merge(self, other: "RefCache") -> None:
+        for key, followers in other.data.items():
+            mine = self.data.setdefault(key, {})
+            for tok, count in followers.items():
+                mine[tok] = mine.get(tok, 0) + count
+
+    def clear(self) -> None:
+        self.data.clear()
+
+    def copy(self) -> "RefCache":
+        c = RefCache(self.orders)
+        c.data = {k: dict(v) for k, v in self.data.items()}
+        return c
+
+    def followers(self, key: Sequence[int]) -> dict[int, int]:
+        return self.data.get(tuple(int(t) for t in key), {})
+
+    @property
+    def n_keys(self) -> int:
+        return len(self.data)
+
+    @property
+    def n_followers(self) -> int:
+        return sum(len(f) for f in self.data.values())
+
+    @property
+    def total_count(self) -> int:
+        return sum(sum(f.values()) for f in self.data.values())
+
+    def sorted_items(self) -> list[tuple[Key, list[tuple[int, int]]]]:
+        """Keys in ascending order of their -1-padded 4-tuples, followers by token id: the
+        order of the native `to_arrays()`."""
+        items = sorted(self.data.items(), key=lambda kv: padded(kv[0]))
+        return [(k, sorted(f.items())) for k, f in items]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RefCache) and self.data == other.data
+
+    def __repr__(self) -> str:
+        return f"RefCache({self.sorted_items()!r})"
+
+
+def padded(key: Sequence[int]) -> tuple[int, ...]:
+    return tuple(key) + (-1,) * (NGRAM_MAX - len(key))
+
+
+def ref_cache_from_docs(docs: Iterable[Sequence[int]], orders: Sequence[int] = (1, 2, 3, 4)) -> RefCache:
+    c = RefCache(orders)
+    for d in docs:
+        c.add(d)
+    return c
+
+
+def ref_static_from_docs(docs: Iterable[Sequence[int]]) -> RefCache:
+    """The 2-gram counts of several documents (no 2-gram spans two documents)."""
+    return ref_cache_from_docs(docs, orders=(STATIC_NGRAM,))
+
+
+def ref_cache_from_arrays(keys, offsets, followers, orders: Sequence[int] = (1, 2, 3, 4)) -> RefCache:  # type: ignore[no-untyped-def]
+    """A RefCache from a native `to_arrays()` triple (no checks: compare the result)."""
+    c = RefCache(orders)
+    keys = [[int(t) for t in row] for row in keys]
+    offsets = [int(o) for o in offsets]
+    followers = [(int(t), int(n)) for t, n in followers]
+    for i, row in enumerate(keys):
+        key = tuple(t for t in row if t != -1)
+        c.data[key] = {t: n for t, n in followers[offsets[i] : offsets[i + 1]]}
+    return c
+
+
+# ---------------------------------------------------------------------------------------------
+# Drafting
+
+
+def _static_part(seq: Sequence[int], static: Optional[RefCache]) -> dict[int, int]:
+    if static is None or len(seq) < STATIC_NGRAM:
+        return {}
+    return static.followers(seq[-STATIC_NGRAM:])
+
+
+def _scored(followers: dict[int, int], weights: dict[int, int]) -> list[tuple[int, int, int]]:
+    """(token, count, score) in ascending token order."""
+    out = []
+    for tok in sorted(followers):
+        count = followers[tok]
+        w = 100 * weights[tok] if tok in weights else 1
+        out.append((tok, count, count * w))
+    return out
+
+
+def _best(scored: list[tuple[int, int, int]]) -> tuple[int, int, int]:
+    """Highest score; ties to the first in ascending token order."""
+    best = scored[0]
+    for item in scored[1:]:
+        if item[2] > best[2]:
+            best = item
+    return best
+
+
+def _candidate_keys(
+    seq: Sequence[int],
+    context: Optional[RefCache],
+    dynamic: Optional[RefCache],
+    static: Optional[RefCache],
+) -> list[tuple[list[tuple[int, int, int]], int, int]]:
+    """Every key to try, in priority order, as (scored followers, min_sample, min_percent)."""
+    weights = _static_part(seq, static)
+    keys = []
+    for cache, min_sample, min_percent in (
+        (context, LAX_MIN_SAMPLE, LAX_MIN_PERCENT),
+        (dynamic, STRICT_MIN_SAMPLE, STRICT_MIN_PERCENT),
+    ):
+        if cache is None:
+            continue
+        for n in range(NGRAM_MAX, NGRAM_MIN - 1, -1):
+            if n > len(seq):
+                continue
+            followers = cache.followers(seq[-n:])
+            if not followers:
+                continue
+            keys.append((_scored(followers, weights), min_sample[n], min_percent[n]))
+    if static is not None and len(seq) >= STATIC_NGRAM:
+        followers = static.followers(seq[-STATIC_NGRAM:])
+        if followers:
+            # The static cache alone: score = raw count.
+            scored = [(tok, followers[tok], followers[tok]) for tok in sorted(followers)]
+            keys.append((scored, STATIC_MIN_SAMPLE, STATIC_MIN_PERCENT))
+    return keys
+
+
+def _qualifies(scored: list[tuple[int, int, int]], min_sample: int, min_percent: int) -> bool:
+    total = sum(count for _, count, _ in scored)
+    _, best_count, _ = _best(scored)
+    return total >= min_sample and 100 * best_count >= min_percent * total
+
+
+def _next_token(
+    seq: Sequence[int],
+    context: Optional[RefCache],
+    dynamic: Optional[RefCache],
+    static: Optional[RefCache],
+) -> Optional[int]:
+    for scored, min_sample, min_percent in _candidate_keys(seq, context, dynamic, static):
+        if _qualifies(scored, min_sample, min_percent):
+            return _best(scored)[0]
+    return None
+
+
+def ref_draft(
+    tokens: Sequence[int],
+    n_draft: int,
+    context: Optional[RefCache] = None,
+    dynamic: Optional[RefCache] = None,
+    static: Optional[RefCache] = None,
+) -> list[int]:
+    tokens = [int(t) for t in tokens]
+    if len(tokens) < 2:
+        return []
+    seq = list(tokens)
+    out: list[int] = []
+    while len(out) < n_draft:
+        tok = _next_token(seq, context, dynamic, static)
+        if tok is None:
+            break
+        out.append(tok)
+        seq.append(tok)
+    return out
+
+
+def ref_root_candidates(
+    tokens: Sequence[int],
+    context: Optional[RefCache] = None,
+    dynamic: Optional[RefCache] = None,
+    static: Optional[RefCache] = None,
+) -> list[int]:
+    """All distinct qualifying next tokens in priority order (see ref_draft_tree)."""
+    tokens = [int(t) for t in tokens]
+    if len(tokens) < 2:
+        return []
+    out: list[int] = []
+    for scored, min_sample, min_percent in _candidate_keys(tokens, context, dynamic, static):
+        if not _qualifies(scored, min_sample, min_percent):
+            continue
+        total = sum(count for _, count, _ in scored)
+        best = _best(scored)
+        others = [item for item in scored if item[0] != best[0] and 100 * item[1] >= min_percent * total]
+        others.sort(key=lambda item: (-item[2], item[0]))
+        for tok, _, _ in [best] + others:
+            if tok not in out:
+                out.append(tok)
+    return out
+
+
+def ref_draft_tree(
+    tokens: Sequence[int],
+    n_draft: int,
+    max_branches: int = 3,
+    context: Optional[RefCache] = None,
+    dynamic: Optional[RefCache] = None,
+    static: Optional[RefCache] = None,
+) -> tuple[list[int], list[int]]:
+    """(tokens, parents): branch b is [candidate_b] + ref_draft(tokens + [candidate_b],
+    n_draft - 1); nodes branch by branch, parents -1 for a branch's first node, else the index
+    of the previous node of the same branch."""
+    tokens = [int(t) for t in tokens]
+    if n_draft <= 0 or max_branches <= 0:
+        return [], []
+    out_tokens: list[int] = []
+    out_parents: list[int] = []
+    for cand in ref_root_candidates(tokens, context, dynamic, static)[:max_branches]:
+        branch = [cand] + ref_draft(tokens + [cand], n_draft - 1, context, dynamic, static)
+        for j, tok in enumerate(branch):
+            out_parents.append(-1 if j == 0 else len(out_tokens) - 1)
+            out_tokens.append(tok)
+    return out_tokens, out_parents
+
+
+# ---------------------------------------------------------------------------------------------
+# llama-lookup-stats
+
+
+def ref_replay(
+    tokens: Sequence[int],
+    n_ctx: int,
+    n_draft: int,
+    dynamic: Optional[RefCache] = None,
+    static: Optional[RefCache] = None,
+) -> dict[str, int]:
+    """llama-lookup-stats over pre-tokenized text; `dynamic` is updated in place."""
+    tokens = [int(t) for t in tokens]
+    n_drafted = 0
+    n_accept = 0
+    context = RefCache()
+    i_start = 0
+    while i_start + n_ctx < len(tokens):
+        chunk = tokens[i_start : i_start + n_ctx]
+        out = [chunk[0]]
+        while len(out) < n_ctx:
+            d = ref_draft(out, n_draft, context, dynamic, static)
+            n_drafted += len(d)
+            for tok in d:
+                if len(out) >= n_ctx or tok != chunk[len(out)]:
+                    break
+                n_accept += 1
+                out.append(tok)
+                context.add(out, first=len(out) - 1)
+            if len(out) < n_ctx:
+                out.append(chunk[len(out)])
+                context.add(out, first=len(out) - 1)
+        if dynamic is not None:
+            dynamic.merge(context)
+        context.clear()
+        i_start += n_ctx
+    return {
+        "n_predict": len(tokens) - len(tokens) % n_ctx if n_ctx > 0 else 0,
+        "n_drafted": n_drafted,
+        "n_accept": n_accept,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Real code as token ids
+
+STDLIB_DIR = "/root/.pyenv/versions/3.11.7/lib/python3.11"
+_TOKEN_RE = re.compile(r"\w+|\n|[^\w\s]")
+
+
+def stdlib_path(name: str) -> str:
+    return os.path.join(STDLIB_DIR, name)
+
+
+def stdlib_available(*names: str) -> bool:
+    return all(os.path.isfile(stdlib_path(n)) for n in names)
+
+
+def words(text: str) -> list[str]:
+    """A crude code tokenizer: identifiers/numbers, newlines, single punctuation characters."""
+    return _TOKEN_RE.findall(text)
+
+
+class Vocab:
+    """Word -> id, growing as it sees new words."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def encode(self, text: str) -> list[int]:
+        return [self.ids.setdefault(w, len(self.ids)) for w in words(text)]
+
+    def encode_file(self, name: str) -> list[int]:
+        with open(stdlib_path(name), encoding="utf-8") as f:
+            return self.encode(f.read())
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def ref_from_native(cache, orders: Sequence[int] = (1, 2, 3, 4)) -> RefCache:  # type: ignore[no-untyped-def]
+    """A RefCache holding what a native NgramCache / StaticCache holds (via `to_arrays()`)."""
+    return ref_cache_from_arrays(*cache.to_arrays(), orders=orders)
