@@ -76,11 +76,13 @@ def tokenized_corpus(work: Path, model: Path, files: list[Path]) -> tuple[np.nda
 
 
 BUILD_CHILD = """
-import resource, sys, time, numpy as np
+import sys, time, numpy as np
 from lookahead_lsp._lookup import StaticCacheBuilder
+def hwm():  # peak resident set of this process image (ru_maxrss would count the forked parent)
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
 path, out, n_vocab, fingerprint, docs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 offsets = np.load(docs)
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm()
 started = time.perf_counter()
 builder = StaticCacheBuilder(n_vocab)
 with open(path, "rb") as f:
@@ -89,8 +91,7 @@ with open(path, "rb") as f:
         builder.add(np.fromfile(f, dtype=np.int32, count=int(end - begin)))
 header = builder.write(out, fingerprint)
 seconds = time.perf_counter() - started
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(seconds, (peak - base) * 1024, header["n_keys"], header["n_followers"])
+print(seconds, hwm() - base, header["n_keys"], header["n_followers"])
 """
 
 

@@ -23,16 +23,22 @@ struct Sequence {
     }
 };
 
-[[nodiscard]] uint32_t static_count(const FollowerSpan& followers, token_t token) {
-    const Follower* it = std::lower_bound(followers.begin(), followers.end(), token,
-                                          [](const Follower& f, token_t t) { return f.token < t; });
-    return it != followers.end() && it->token == token ? it->count : 0;
-}
+// Scores followers in ascending token order against the static followers of the last two
+// tokens (also ascending), so each search starts where the previous one ended.
+class StaticWeights {
+public:
+    explicit StaticWeights(const FollowerSpan& static_part) : m_at(static_part.begin()), m_end(static_part.end()) {}
 
-[[nodiscard]] uint64_t weighted_score(const Follower& f, const FollowerSpan& static_part) {
-    const uint32_t s = static_part.empty() ? 0 : static_count(static_part, f.token);
-    return uint64_t{f.count} * (s > 0 ? k_static_weight * s : 1);
-}
+    [[nodiscard]] uint64_t score(const Follower& f) {
+        m_at = std::lower_bound(m_at, m_end, f.token, [](const Follower& s, token_t t) { return s.token < t; });
+        const uint32_t s = m_at != m_end && m_at->token == f.token ? m_at->count : 0;
+        return uint64_t{f.count} * (s > 0 ? k_static_weight * s : 1);
+    }
+
+private:
+    const Follower* m_at;
+    const Follower* m_end;
+};
 
 [[nodiscard]] bool passes_percent(uint64_t count, uint64_t sum, uint32_t min_percent) {
     return 100 * count >= uint64_t{min_percent} * sum;
@@ -45,10 +51,13 @@ struct Sequence {
                                     uint32_t min_sample, uint32_t min_percent) {
     if (followers.empty() || followers.sum < min_sample) return -1;
     if (!passes_percent(followers.max_count, followers.sum, min_percent)) return -1;
+    // A single follower is its key's best whatever its weight (and passed the precheck).
+    if (followers.size == 1) return followers.data[0].token;
+    StaticWeights weights(static_part);
     const Follower* best = followers.begin();
-    uint64_t best_score = weighted_score(*best, static_part);
+    uint64_t best_score = weights.score(*best);
     for (const Follower* f = best + 1; f != followers.end(); ++f) {
-        const uint64_t score = weighted_score(*f, static_part);
+        const uint64_t score = weights.score(*f);
         if (score > best_score) {
             best = f;
             best_score = score;
@@ -136,8 +145,9 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t
         // Above 50 % at most one other follower can pass; scan for the rare ties.
         token_t runner_up = -1;
         uint64_t runner_score = 0;
+        StaticWeights scorer(weights);
         for (const Follower& f : followers) {
-            const uint64_t score = weighted_score(f, weights);
+            const uint64_t score = scorer.score(f);
             if (f.token != best && passes_percent(f.count, followers.sum, min_percent) && score > runner_score) {
                 runner_up = f.token;
                 runner_score = score;

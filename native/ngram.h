@@ -71,8 +71,8 @@ struct Follower {
 static_assert(sizeof(Follower) == 8 && std::is_trivially_copyable_v<Follower>);
 
 // A read-only view of one key's followers, sorted by token id. `sum` is the total count and
-// `max_count` the largest single count: together they let the drafter reject a key before
-// scoring any follower.
+// `max_count` at least the largest single count: together they let the drafter reject a key
+// before scoring any follower.
 struct FollowerSpan {
     const Follower* data = nullptr;
     uint32_t size = 0;

@@ -7,9 +7,21 @@ namespace lookup {
 
 namespace {
 
+// Branch-free binary search that prefetches both possible next probes: the follower arrays of
+// common 1- and 2-grams run to thousands of entries, and overlapping their cache misses roughly
+// halves the search time.
 [[nodiscard]] Follower* lower_bound_token(Follower* first, Follower* last, token_t token) {
-    return std::lower_bound(first, last, token,
-                            [](const Follower& f, token_t t) { return f.token < t; });
+    size_t n = static_cast<size_t>(last - first);
+    if (n == 0) return first;
+    Follower* base = first;
+    while (n > 1) {
+        const size_t half = n / 2;
+        __builtin_prefetch(base + half / 2);
+        __builtin_prefetch(base + half + half / 2);
+        base = base[half].token < token ? base + half : base;
+        n -= half;
+    }
+    return base + (base->token < token);
 }
 
 }  // namespace
@@ -176,32 +188,57 @@ void NgramCache::remove_from_pool(Slot& s, Follower* it, uint32_t count) {
         s.set(1, 0);
         return;
     }
-    if (old_count == s.head.count) {
+    // The precheck needs only an upper bound of the largest count. Recounting a long array (a
+    // common 1-gram's thousands of followers) at every removal would dominate removing a file,
+    // so long arrays keep the old bound; it becomes exact again when the array shrinks.
+    if (old_count == s.head.count && size <= k_exact_max_size) {
         uint32_t max_count = 0;
         for (const Follower* f = first; f != first + size; ++f) max_count = std::max(max_count, f->count);
         s.head.count = max_count;
     }
 }
 
-// Calls apply(key, follower) for every n-gram whose follower index is >= first. The keys of a
-// run of positions are computed and prefetched before any is touched, so that their cache
-// misses overlap: a workspace's table lives far outside the CPU caches.
+// Calls apply(key, follower) for every n-gram whose follower index is >= first, in order. A
+// workspace's table lives far outside the CPU caches, so the work is pipelined over runs of
+// positions: while run r's slots are being prefetched, run r - 1's follower blocks are, and run
+// r - 2 is applied. The cache misses of three runs overlap instead of following one another.
 template <class Apply>
 void NgramCache::for_each_ngram(const token_t* tokens, size_t n_tokens, size_t first, Apply&& apply) const {
     constexpr size_t k_run = 8;
-    NgramKey keys[k_run * k_ngram_max];
-    for (size_t begin = std::max<size_t>(first, 1); begin < n_tokens; begin += k_run) {
-        const size_t end = std::min(begin + k_run, n_tokens);
-        size_t n_keys = 0;
-        for (size_t i = begin; i < end; ++i) {
-            for (size_t n = 1; n <= k_ngram_max && n <= i; ++n) {
-                keys[n_keys] = make_key(tokens + i - n, static_cast<int>(n));
-                prefetch(keys[n_keys++]);
+    constexpr size_t k_stages = 3;
+    struct Run {
+        NgramKey keys[k_run * k_ngram_max];
+        token_t followers[k_run * k_ngram_max];
+        size_t size = 0;
+    };
+    Run runs[k_stages];
+    const size_t start = std::max<size_t>(first, 1);
+    const size_t n_runs = start < n_tokens ? (n_tokens - start + k_run - 1) / k_run : 0;
+    for (size_t r = 0; r < n_runs + k_stages - 1; ++r) {
+        if (r < n_runs) {
+            Run& run = runs[r % k_stages];
+            run.size = 0;
+            const size_t end = std::min(start + (r + 1) * k_run, n_tokens);
+            for (size_t i = start + r * k_run; i < end; ++i) {
+                for (size_t n = 1; n <= k_ngram_max && n <= i; ++n) {
+                    run.keys[run.size] = make_key(tokens + i - n, static_cast<int>(n));
+                    run.followers[run.size] = tokens[i];
+                    prefetch(run.keys[run.size++]);
+                }
             }
         }
-        n_keys = 0;
-        for (size_t i = begin; i < end; ++i) {
-            for (size_t n = 1; n <= k_ngram_max && n <= i; ++n) apply(keys[n_keys++], tokens[i]);
+        if (r >= 1 && r - 1 < n_runs) {
+            const Run& run = runs[(r - 1) % k_stages];
+            for (size_t k = 0; k < run.size; ++k) {
+                const size_t slot = find_slot(run.keys[k]);
+                if (slot != m_slots.size() && m_slots[slot].size() > 1) {
+                    __builtin_prefetch(m_pool.data() + m_slots[slot].begin() + m_slots[slot].size() / 2);
+                }
+            }
+        }
+        if (r >= 2) {
+            const Run& run = runs[(r - 2) % k_stages];
+            for (size_t k = 0; k < run.size; ++k) apply(run.keys[k], run.followers[k]);
         }
     }
 }

@@ -58,7 +58,8 @@ private:
         uint32_t size_cap;   // followers (bits 0..26), log2 of the pool block's capacity (27..31)
         uint32_t sum;        // total count (a workspace never holds 2^32 tokens)
         Follower head;       // one follower: that follower. More: token = index of the block in
-                             // m_pool, count = the largest count (for the precheck).
+                             // m_pool, count = an upper bound of the largest count (exact for
+                             // up to k_exact_max_size followers), for the drafter's precheck.
 
         [[nodiscard]] uint32_t size() const { return size_cap & k_size_mask; }
         [[nodiscard]] uint32_t cap_log2() const { return size_cap >> k_size_bits; }
@@ -70,6 +71,7 @@ private:
     static_assert(sizeof(Slot) == 32 && std::is_trivially_copyable_v<Slot>);
 
     static constexpr size_t k_min_slots = 64;
+    static constexpr uint32_t k_exact_max_size = 64;
 
     [[nodiscard]] size_t home_slot(NgramKey key) const { return hash_key(key) & m_mask; }
     [[nodiscard]] size_t find_slot(NgramKey key) const;  // m_slots.size() if absent

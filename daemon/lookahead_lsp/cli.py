@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--max-file-kb", type=int, default=1024, help="skip files larger than this (default 1024)"
     )
+    build.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        metavar="N",
+        help="tokenizer processes for inputs over 4 MB (default 2; smaller ones use one)",
+    )
     build.set_defaults(run=_build_cache)
 
     inspect = commands.add_parser("inspect-cache", help="print a static cache's header and statistics")
@@ -75,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from lookahead_lsp._lookup import CacheError
+    from lookahead_lsp.errors import UserError
+
     args = _parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
@@ -82,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lookahead-lsp: interrupted", file=sys.stderr)
         return 130
+    except (UserError, CacheError) as error:
+        # Meant for the user as they are: one line, no traceback.
+        print(f"lookahead-lsp: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

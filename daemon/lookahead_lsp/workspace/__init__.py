@@ -1,0 +1,1 @@
+"""Workspace scanning: which files of a repository or folder are worth indexing."""

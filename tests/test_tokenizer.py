@@ -1,0 +1,252 @@
+"""The GGUF tokenizer (real default model), line-aligned splitting and bulk tokenization."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import struct
+import threading
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lookahead_lsp.tokenizer import (
+    Tokenizer,
+    split_at_lines,
+    tokenize_file_text,
+    tokenize_files,
+)
+
+CODE = "def greet(name):\n    return f'hello {name}!'  # héllo wörld\n"
+
+
+def test_tokens_are_int32_ids_that_detokenize_to_the_text(tokenizer: Tokenizer) -> None:
+    tokens = tokenizer.tokenize(CODE)
+
+    assert tokens.dtype == np.int32
+    assert 0 < len(tokens) < len(CODE)
+    assert tokens.min() >= 0 and tokens.max() < tokenizer.n_vocab
+    assert tokenizer.detokenize(tokens) == CODE.encode()
+    np.testing.assert_array_equal(tokenizer.tokenize(CODE.encode()), tokens)
+
+
+def test_non_utf8_bytes(tokenizer: Tokenizer) -> None:
+    data = b"name = 'caf\xe9'\nx\x80 = b'\xff\xfe'\n"  # Latin-1 and stray bytes
+
+    tokens = tokenizer.tokenize(data)
+
+    assert len(tokens) > 0 and tokens.max() < tokenizer.n_vocab
+    assert tokenizer.detokenize(tokens) == data
+
+
+def test_empty_input(tokenizer: Tokenizer) -> None:
+    assert tokenizer.tokenize("").shape == (0,)
+    assert tokenizer.tokenize(b"").dtype == np.int32
+    assert tokenize_file_text(tokenizer, b"").shape == (0,)
+    assert tokenizer.detokenize([]) == b""
+
+
+def test_special_tokens(tokenizer: Tokenizer) -> None:
+    control = "<start_of_turn>"
+
+    assert len(tokenizer.tokenize(control, parse_special=True)) == 1
+    assert len(tokenizer.tokenize(control)) > 1  # plain text unless asked
+    with_bos = tokenizer.tokenize("x", add_special=True)
+    assert len(with_bos) == len(tokenizer.tokenize("x")) + 1
+
+
+def test_detokenize_refuses_ids_outside_the_vocabulary(tokenizer: Tokenizer) -> None:
+    with pytest.raises(ValueError, match="token ids"):
+        tokenizer.detokenize([1, tokenizer.n_vocab])
+
+
+def test_fingerprint_is_stable(tokenizer: Tokenizer, model_path: Path) -> None:
+    with Tokenizer(model_path) as again:
+        assert again.fingerprint == tokenizer.fingerprint
+    assert 0 <= tokenizer.fingerprint < 2**64
+
+
+def test_fingerprint_differs_for_another_vocabulary(
+    tokenizer: Tokenizer, model_path: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "renamed-token.gguf"
+    _write_vocab_only_copy(model_path, other, rename_token=1000)
+
+    with Tokenizer(other) as changed:
+        assert changed.n_vocab == tokenizer.n_vocab
+        assert changed.fingerprint != tokenizer.fingerprint
+
+
+def test_loading_is_silent_and_bad_files_fail_cleanly(
+    model_path: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    Tokenizer(model_path).close()
+    not_gguf = tmp_path / "not.gguf"
+    not_gguf.write_bytes(b"definitely not a model\n")
+    with pytest.raises(Exception, match="cannot load a vocabulary") as raised:
+        Tokenizer(not_gguf)
+
+    assert str(not_gguf) in str(raised.value)
+    assert capfd.readouterr().err == ""  # llama.cpp's log goes to logging, not stderr
+
+
+def test_ctrl_c_while_loading_is_not_lost(
+    model_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Loading spends most of its time in llama.cpp, which calls back into Python to log; a
+    # KeyboardInterrupt raised in such a callback would be dropped by ctypes.
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt):
+        timer.start()
+        for _ in range(20):
+            Tokenizer(model_path).close()
+    timer.join()
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_closed_tokenizer_refuses_work(model_path: Path) -> None:
+    with Tokenizer(model_path) as closing:
+        pass
+    with pytest.raises(ValueError, match="closed"):
+        closing.tokenize("x")
+
+
+@given(
+    lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=30),
+    last_newline=st.booleans(),
+    piece_bytes=st.integers(min_value=1, max_value=64),
+)
+def test_split_at_lines(lines: list[bytes], last_newline: bool, piece_bytes: int) -> None:
+    data = b"\n".join(lines) + (b"\n" if last_newline and lines else b"")
+
+    pieces = split_at_lines(data, piece_bytes)
+
+    assert b"".join(pieces) == data
+    assert all(pieces)
+    for piece in pieces[:-1]:
+        assert piece.endswith(b"\n")
+    for piece in pieces:
+        if len(piece) > piece_bytes:  # then it is one line
+            assert b"\n" not in piece[:-1]
+
+
+def test_file_text_in_pieces_matches_whole(tokenizer: Tokenizer) -> None:
+    data = Path(np.__file__).with_name("__init__.py").read_bytes()
+    data = (data * (1 + 100_000 // len(data)))[:100_000]
+    data = data[: data.rfind(b"\n") + 1]
+
+    pieces = tokenize_file_text(tokenizer, data)
+    whole = tokenizer.tokenize(data)
+
+    assert len(split_at_lines(data)) > 4
+    assert tokenizer.detokenize(pieces) == data
+    # Cuts fall at line ends, where tokens rarely merge: at most a token or so per cut.
+    assert abs(len(pieces) - len(whole)) <= len(split_at_lines(data))
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_tokenize_files(tokenizer: Tokenizer, model_path: Path, tmp_path: Path, jobs: int) -> None:
+    paths = []
+    for index in range(12):
+        path = tmp_path / f"file{index}.py"
+        path.write_text(f"value_{index} = {index} * 2\n" * (index + 1))
+        paths.append(path)
+    vanished = tmp_path / "vanished.py"
+
+    results = {
+        path: (tokens, size)
+        for path, tokens, size in tokenize_files(model_path, [*paths, vanished], jobs=jobs)
+    }
+
+    assert set(results) == {*paths, vanished}
+    assert results[vanished] == (None, 0)
+    for path in paths:
+        tokens, size = results[path]
+        assert tokens is not None
+        assert size == path.stat().st_size
+        np.testing.assert_array_equal(tokens, tokenizer.tokenize(path.read_bytes()))
+
+
+def test_tokenize_files_stops_its_workers_when_closed(model_path: Path, tmp_path: Path) -> None:
+    paths = [tmp_path / f"f{index}.py" for index in range(50)]
+    for path in paths:
+        path.write_text("x = 1\n" * 100)
+
+    results = tokenize_files(model_path, paths, jobs=2)
+    next(results)
+    results.close()
+
+    assert multiprocessing.active_children() == []
+
+
+# A vocabulary-only GGUF: the model's metadata with one token renamed and no tensors.
+
+# GGUF value types: struct layouts of the scalars, and the string and array type ids.
+_GGUF_SCALARS = {
+    0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"
+}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def _write_vocab_only_copy(source: Path, target: Path, rename_token: int) -> None:
+    with source.open("rb") as model:
+        magic, version, _n_tensors, n_kv = struct.unpack("<4sIQQ", model.read(24))
+        assert magic == b"GGUF" and version >= 2
+        entries = []
+        for _ in range(n_kv):
+            key = _read_string(model)
+            value_type = _read(model, "<I")
+            start = model.tell()
+            _skip_value(model, value_type)
+            end = model.tell()
+            model.seek(start)
+            raw = model.read(end - start)
+            if key == b"tokenizer.ggml.tokens":
+                raw = _renamed(raw, rename_token)
+            entries.append(struct.pack("<Q", len(key)) + key + struct.pack("<I", value_type) + raw)
+    with target.open("wb") as out:
+        out.write(struct.pack("<4sIQQ", b"GGUF", version, 0, n_kv))
+        out.writelines(entries)
+
+
+def _renamed(raw: bytes, token: int) -> bytes:
+    element_type, count = struct.unpack_from("<IQ", raw)
+    assert element_type == _GGUF_STRING
+    offset = 12
+    for index in range(count):
+        (length,) = struct.unpack_from("<Q", raw, offset)
+        if index == token:
+            text = raw[offset + 8 : offset + 8 + length] + b"-renamed-for-a-test"
+            return (
+                raw[:offset] + struct.pack("<Q", len(text)) + text + raw[offset + 8 + length :]
+            )
+        offset += 8 + length
+    raise AssertionError("token not found")
+
+
+def _read(file: BinaryIO, layout: str) -> int:
+    (value,) = struct.unpack(layout, file.read(struct.calcsize(layout)))
+    return int(value)
+
+
+def _read_string(file: BinaryIO) -> bytes:
+    return file.read(_read(file, "<Q"))
+
+
+def _skip_value(file: BinaryIO, value_type: int) -> None:
+    if value_type == _GGUF_STRING:
+        file.seek(_read(file, "<Q"), 1)
+    elif value_type == _GGUF_ARRAY:
+        element_type, count = _read(file, "<I"), _read(file, "<Q")
+        if element_type in _GGUF_SCALARS:
+            file.seek(count * struct.calcsize("<" + _GGUF_SCALARS[element_type]), 1)
+        else:
+            for _ in range(count):
+                _skip_value(file, element_type)
+    else:
+        file.seek(struct.calcsize("<" + _GGUF_SCALARS[value_type]), 1)
