@@ -109,11 +109,12 @@ struct PyStaticCacheBuilder {
 };
 
 py::array_t<token_t> followers_copy(const lookup::FollowerSpan& span) {
-    py::array_t<token_t> out({static_cast<py::ssize_t>(span.size), py::ssize_t{2}});
+    const std::vector<lookup::Follower> followers = lookup::sorted_followers(span);
+    py::array_t<token_t> out({static_cast<py::ssize_t>(followers.size()), py::ssize_t{2}});
     auto* p = out.mutable_data();
-    for (uint32_t i = 0; i < span.size; ++i) {
-        p[2 * i] = span.data[i].token;
-        p[2 * i + 1] = static_cast<token_t>(std::min<uint32_t>(span.data[i].count, 0x7FFFFFFF));
+    for (size_t i = 0; i < followers.size(); ++i) {
+        p[2 * i] = followers[i].token;
+        p[2 * i + 1] = static_cast<token_t>(std::min<uint32_t>(followers[i].count, 0x7FFFFFFF));
     }
     return out;
 }
@@ -121,11 +122,11 @@ py::array_t<token_t> followers_copy(const lookup::FollowerSpan& span) {
 // (keys (K, 4), offsets (K + 1), followers (F, 2)) sorted by key, for tests and tools.
 struct CacheArrays {
     std::vector<lookup::NgramKey> keys;
-    std::vector<lookup::FollowerSpan> spans;
+    std::vector<std::vector<lookup::Follower>> followers;
 
     void add(lookup::NgramKey key, const lookup::FollowerSpan& span) {
         keys.push_back(key);
-        spans.push_back(span);
+        followers.push_back(lookup::sorted_followers(span));
     }
 
     py::tuple to_numpy() const {
@@ -133,7 +134,7 @@ struct CacheArrays {
         std::iota(order.begin(), order.end(), size_t{0});
         std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
         size_t n_followers = 0;
-        for (const lookup::FollowerSpan& s : spans) n_followers += s.size;
+        for (const auto& f : followers) n_followers += f.size();
         py::array_t<token_t> out_keys({static_cast<py::ssize_t>(keys.size()), py::ssize_t{4}});
         py::array_t<int64_t> out_offsets(static_cast<py::ssize_t>(keys.size() + 1));
         py::array_t<token_t> out_followers({static_cast<py::ssize_t>(n_followers), py::ssize_t{2}});
@@ -144,7 +145,7 @@ struct CacheArrays {
         for (size_t i = 0; i < order.size(); ++i) {
             for (int j = 0; j < 4; ++j) k[4 * i + j] = lookup::key_token(keys[order[i]], j);
             o[i] = at;
-            for (const lookup::Follower& fw : spans[order[i]]) {
+            for (const lookup::Follower& fw : followers[order[i]]) {
                 f[2 * at] = fw.token;
                 f[2 * at + 1] = static_cast<token_t>(std::min<uint32_t>(fw.count, 0x7FFFFFFF));
                 ++at;
@@ -162,10 +163,11 @@ bool caches_equal(const lookup::NgramCache& a, const lookup::NgramCache& b) {
     bool equal = true;
     a.for_each([&](lookup::NgramKey key, const lookup::FollowerSpan& fa) {
         if (!equal) return;
-        const lookup::FollowerSpan fb = b.find(key);
-        equal = fa.size == fb.size && std::equal(fa.begin(), fa.end(), fb.begin(), [](const auto& x, const auto& y) {
-                    return x.token == y.token && x.count == y.count;
-                });
+        const std::vector<lookup::Follower> x = lookup::sorted_followers(fa);
+        const std::vector<lookup::Follower> y = lookup::sorted_followers(b.find(key));
+        equal = std::equal(x.begin(), x.end(), y.begin(), y.end(), [](const auto& p, const auto& q) {
+            return p.token == q.token && p.count == q.count;
+        });
     });
     return equal;
 }
@@ -519,6 +521,7 @@ void bind_builder(py::module_& m) {
                 c.cache.for_each([&](lookup::NgramKey key, const lookup::FollowerSpan& followers) {
                     if (lookup::key_size(key) != lookup::k_static_ngram) return;
                     for (const lookup::Follower& f : followers) {
+                        if (f.count == 0) continue;  // a hole of a hashed span
                         b.builder.add_count(lookup::key_token(key, 0), lookup::key_token(key, 1), f.token, f.count);
                     }
                 });

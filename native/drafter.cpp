@@ -23,22 +23,33 @@ struct Sequence {
     }
 };
 
-// Scores followers in ascending token order against the static followers of the last two
-// tokens (also ascending), so each search starts where the previous one ended.
+// Scores followers against the static followers of the last two tokens (ascending). Followers
+// of a sorted span come in ascending order too, so each search starts where the previous one
+// ended; a hashed span's order sends the search back to the start.
 class StaticWeights {
 public:
-    explicit StaticWeights(const FollowerSpan& static_part) : m_at(static_part.begin()), m_end(static_part.end()) {}
+    explicit StaticWeights(const FollowerSpan& static_part)
+        : m_begin(static_part.begin()), m_at(static_part.begin()), m_end(static_part.end()) {}
 
     [[nodiscard]] uint64_t score(const Follower& f) {
+        if (m_at != m_begin && (m_at == m_end || m_at->token > f.token)) m_at = m_begin;
         m_at = std::lower_bound(m_at, m_end, f.token, [](const Follower& s, token_t t) { return s.token < t; });
         const uint32_t s = m_at != m_end && m_at->token == f.token ? m_at->count : 0;
         return uint64_t{f.count} * (s > 0 ? k_static_weight * s : 1);
     }
 
 private:
+    const Follower* m_begin;
     const Follower* m_at;
     const Follower* m_end;
 };
+
+// Is (score, token) a better candidate than the best so far? Higher scores win, equal ones go
+// to the lower token id (the deterministic tie-break; a sorted span meets tokens in ascending
+// order anyway, a hashed one does not).
+[[nodiscard]] bool better(uint64_t score, token_t token, uint64_t best_score, token_t best_token) {
+    return score > best_score || (score == best_score && token < best_token);
+}
 
 [[nodiscard]] bool passes_percent(uint64_t count, uint64_t sum, uint32_t min_percent) {
     return 100 * count >= uint64_t{min_percent} * sum;
@@ -47,29 +58,51 @@ private:
 // The best-scored follower of one key, or -1 when the key does not qualify. The precheck
 // rejects a key that cannot qualify before any static look-up: if even its largest raw count
 // fails the percent test, the best-scored follower fails it too.
-[[nodiscard]] token_t best_follower(const FollowerSpan& followers, const FollowerSpan& static_part,
+template <class StaticPart>
+[[nodiscard]] token_t best_follower(const FollowerSpan& followers, StaticPart&& static_part,
                                     uint32_t min_sample, uint32_t min_percent) {
     if (followers.empty() || followers.sum < min_sample) return -1;
     if (!passes_percent(followers.max_count, followers.sum, min_percent)) return -1;
     // A single follower is its key's best whatever its weight (and passed the precheck).
     if (followers.size == 1) return followers.data[0].token;
-    StaticWeights weights(static_part);
-    const Follower* best = followers.begin();
-    uint64_t best_score = weights.score(*best);
-    for (const Follower* f = best + 1; f != followers.end(); ++f) {
-        const uint64_t score = weights.score(*f);
-        if (score > best_score) {
-            best = f;
+    StaticWeights weights(static_part());
+    const Follower* best = nullptr;
+    uint64_t best_score = 0;
+    for (const Follower& f : followers) {
+        if (f.count == 0) continue;  // a hole of a hashed span
+        const uint64_t score = weights.score(f);
+        if (best == nullptr || better(score, f.token, best_score, best->token)) {
+            best = &f;
             best_score = score;
         }
     }
     return passes_percent(best->count, followers.sum, min_percent) ? best->token : -1;
 }
 
-[[nodiscard]] StaticCache::Entry static_entry(const Sequence& seq, const StaticCache* cache) {
-    if (cache == nullptr) return {};
-    return cache->find(seq.at(seq.size() - 2), seq.at(seq.size() - 1));
-}
+// The static entry of the sequence's last two tokens, looked up only when needed: a step that
+// a single-follower key decides (most steps of a long, accepted draft) never reads it. Its
+// bucket is prefetched at once, so a later look-up waits for one cache miss instead of two.
+class StaticLookup {
+public:
+    StaticLookup(const Sequence& seq, const StaticCache* cache) : m_cache(cache) {
+        if (cache == nullptr) return;
+        m_t0 = seq.at(seq.size() - 2);
+        m_t1 = seq.at(seq.size() - 1);
+        cache->prefetch(m_t0, m_t1);
+    }
+    [[nodiscard]] const StaticCache::Entry& get() {
+        if (!m_done && m_cache != nullptr) m_entry = m_cache->find(m_t0, m_t1);
+        m_done = true;
+        return m_entry;
+    }
+
+private:
+    const StaticCache* m_cache;
+    token_t m_t0 = 0;
+    token_t m_t1 = 0;
+    bool m_done = false;
+    StaticCache::Entry m_entry;
+};
 
 // The keys of every n-gram size ending at the sequence's last token, longest first.
 struct TailKeys {
@@ -85,12 +118,12 @@ struct TailKeys {
 };
 
 [[nodiscard]] token_t try_cache(const TailKeys& tail, const NgramCache* cache, const DraftThresholds& th,
-                                const FollowerSpan& static_part) {
+                                StaticLookup& stat) {
     if (cache == nullptr) return -1;
     for (int i = 0; i < tail.n; ++i) {
         const int n = tail.n - i;
-        const token_t t = best_follower(cache->find(tail.keys[i]), static_part, th.min_sample[n - 1],
-                                        th.min_percent[n - 1]);
+        const token_t t = best_follower(cache->find(tail.keys[i]), [&]() { return stat.get().followers; },
+                                        th.min_sample[n - 1], th.min_percent[n - 1]);
         if (t >= 0) return t;
     }
     return -1;
@@ -109,10 +142,10 @@ struct TailKeys {
     const TailKeys tail(seq);
     tail.prefetch(sources.context);
     tail.prefetch(sources.dynamic);
-    const StaticCache::Entry stat = static_entry(seq, sources.static_cache);
-    token_t t = try_cache(tail, sources.context, k_context_thresholds, stat.followers);
-    if (t < 0) t = try_cache(tail, sources.dynamic, k_dynamic_thresholds, stat.followers);
-    return t >= 0 ? t : stat.fallback;
+    StaticLookup stat(seq, sources.static_cache);
+    token_t t = try_cache(tail, sources.context, k_context_thresholds, stat);
+    if (t < 0) t = try_cache(tail, sources.dynamic, k_dynamic_thresholds, stat);
+    return t >= 0 ? t : stat.get().fallback;
 }
 
 // Continues the draft already in out[0..n_out) up to n_draft tokens.
@@ -135,11 +168,11 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t
     auto offer = [&](token_t t) {
         if (n_out < max_out && std::find(out, out + n_out, t) == out + n_out) out[n_out++] = t;
     };
-    const FollowerSpan static_part = static_entry(seq, sources.static_cache).followers;
+    const FollowerSpan static_part = StaticLookup(seq, sources.static_cache).get().followers;
     // `weights` is the static part for the context and dynamic caches, empty for the static one.
     auto offer_key = [&](const FollowerSpan& followers, const FollowerSpan& weights, uint32_t min_sample,
                          uint32_t min_percent) {
-        const token_t best = best_follower(followers, weights, min_sample, min_percent);
+        const token_t best = best_follower(followers, [&]() { return weights; }, min_sample, min_percent);
         if (best < 0) return;
         offer(best);
         // Above 50 % at most one other follower can pass; scan for the rare ties.
@@ -147,8 +180,9 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t
         uint64_t runner_score = 0;
         StaticWeights scorer(weights);
         for (const Follower& f : followers) {
+            if (f.token == best || !passes_percent(f.count, followers.sum, min_percent)) continue;
             const uint64_t score = scorer.score(f);
-            if (f.token != best && passes_percent(f.count, followers.sum, min_percent) && score > runner_score) {
+            if (runner_up < 0 || better(score, f.token, runner_score, runner_up)) {
                 runner_up = f.token;
                 runner_score = score;
             }

@@ -1,9 +1,11 @@
 // Token ids, packed n-gram keys and follower records shared by every cache.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 namespace lookup {
 
@@ -70,18 +72,35 @@ struct Follower {
 };
 static_assert(sizeof(Follower) == 8 && std::is_trivially_copyable_v<Follower>);
 
-// A read-only view of one key's followers, sorted by token id. `sum` is the total count and
-// `max_count` at least the largest single count: together they let the drafter reject a key
-// before scoring any follower.
+// A read-only view of one key's followers. A sorted span holds them in ascending token order;
+// a hashed one (a key with very many followers) holds them in hash order with holes, entries
+// whose count is 0, that every reader skips. `sum` is the total count and `max_count` at least
+// the largest single count: together they let the drafter reject a key before scoring any
+// follower.
 struct FollowerSpan {
     const Follower* data = nullptr;
-    uint32_t size = 0;
+    uint32_t size = 0;  // entries in data, holes included
     uint64_t sum = 0;
     uint32_t max_count = 0;
+    bool sorted = true;
 
     [[nodiscard]] bool empty() const { return size == 0; }
     [[nodiscard]] const Follower* begin() const { return data; }
     [[nodiscard]] const Follower* end() const { return data + size; }
 };
+
+// The followers of a span in ascending token order, holes left out (for export and tests, not
+// for hot paths: it allocates).
+[[nodiscard]] inline std::vector<Follower> sorted_followers(const FollowerSpan& span) {
+    std::vector<Follower> out;
+    out.reserve(span.size);
+    for (const Follower& f : span) {
+        if (f.count > 0) out.push_back(f);
+    }
+    if (!span.sorted) {
+        std::sort(out.begin(), out.end(), [](const Follower& a, const Follower& b) { return a.token < b.token; });
+    }
+    return out;
+}
 
 }  // namespace lookup

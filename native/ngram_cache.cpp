@@ -98,12 +98,55 @@ void NgramCache::release_block(uint32_t begin, uint32_t cap_log2) {
     m_free_blocks[cap_log2].push_back(begin);
 }
 
-void NgramCache::grow_block(Slot& slot) {
-    const uint32_t begin = allocate_block(slot.cap_log2() + 1);
-    std::memcpy(m_pool.data() + begin, m_pool.data() + slot.begin(), slot.size() * sizeof(Follower));
-    release_block(slot.begin(), slot.cap_log2());
-    slot.head.token = static_cast<token_t>(begin);
-    slot.set(slot.size(), slot.cap_log2() + 1);
+namespace {
+
+[[nodiscard]] size_t home_in_block(token_t token, uint32_t cap_log2) {
+    return (static_cast<uint32_t>(token) * 0x9E3779B1u) >> (32 - cap_log2);
+}
+
+}  // namespace
+
+// Moves the key's followers into a new block of 1 << cap_log2 entries, sorted or hashed as that
+// capacity dictates.
+void NgramCache::rebuild_block(Slot& s, uint32_t cap_log2) {
+    constexpr size_t k_sorted_max = size_t{1} << k_sorted_max_log2;
+    Follower live[k_sorted_max];
+    const uint32_t begin = allocate_block(cap_log2);
+    const FollowerSpan old = span_of(s);
+    Follower* block = m_pool.data() + begin;
+    const size_t capacity = size_t{1} << cap_log2;
+    if (cap_log2 > k_sorted_max_log2) {
+        for (size_t i = 0; i < capacity; ++i) block[i].count = 0;
+        for (const Follower& f : old) {
+            if (f.count == 0) continue;
+            size_t i = home_in_block(f.token, cap_log2);
+            while (block[i].count != 0) i = (i + 1) & (capacity - 1);
+            block[i] = f;
+        }
+    } else {
+        size_t n = 0;
+        for (const Follower& f : old) {
+            if (f.count > 0) live[n++] = f;
+        }
+        if (!old.sorted) std::sort(live, live + n, [](const Follower& a, const Follower& b) { return a.token < b.token; });
+        std::memcpy(block, live, n * sizeof(Follower));
+    }
+    release_block(s.begin(), s.cap_log2());
+    s.head.token = static_cast<token_t>(begin);
+    s.set(s.size(), cap_log2);
+}
+
+Follower* NgramCache::find_follower(const Slot& s, token_t token) {
+    Follower* block = m_pool.data() + s.begin();
+    if (!is_hashed(s)) {
+        Follower* it = lower_bound_token(block, block + s.size(), token);
+        return it != block + s.size() && it->token == token ? it : nullptr;
+    }
+    const size_t mask = (size_t{1} << s.cap_log2()) - 1;
+    for (size_t i = home_in_block(token, s.cap_log2());; i = (i + 1) & mask) {
+        if (block[i].count == 0) return nullptr;
+        if (block[i].token == token) return block + i;
+    }
 }
 
 void NgramCache::add_count(NgramKey key, token_t token, uint32_t count) {
@@ -132,21 +175,35 @@ void NgramCache::add_count(NgramKey key, token_t token, uint32_t count) {
 }
 
 void NgramCache::add_to_pool(Slot& s, token_t token, uint32_t count) {
-    const uint32_t size = s.size();
-    Follower* first = m_pool.data() + s.begin();
-    Follower* it = lower_bound_token(first, first + size, token);
-    if (it != first + size && it->token == token) {
-        it->count += count;
-    } else {
-        const size_t index = static_cast<size_t>(it - first);
-        if (size == (1u << s.cap_log2())) grow_block(s);
-        it = m_pool.data() + s.begin() + index;
-        std::memmove(it + 1, it, (size - index) * sizeof(Follower));
-        *it = Follower{token, count};
-        s.set(size + 1, s.cap_log2());
-        ++m_n_followers;
+    if (Follower* found = find_follower(s, token)) {
+        found->count += count;
+        s.head.count = std::max(s.head.count, found->count);
+        return;
     }
-    s.head.count = std::max(s.head.count, it->count);
+    const uint32_t size = s.size();
+    const uint32_t capacity = 1u << s.cap_log2();
+    if (is_hashed(s)) {
+        // Kept at most half full, so probe runs stay short.
+        if ((size + 1) * 2 > capacity) rebuild_block(s, s.cap_log2() + 1);
+        Follower* block = m_pool.data() + s.begin();
+        const size_t mask = (size_t{1} << s.cap_log2()) - 1;
+        size_t i = home_in_block(token, s.cap_log2());
+        while (block[i].count != 0) i = (i + 1) & mask;
+        block[i] = Follower{token, count};
+    } else if (size == capacity && s.cap_log2() == k_sorted_max_log2) {
+        rebuild_block(s, k_sorted_max_log2 + 2);
+        add_to_pool(s, token, count);
+        return;
+    } else {
+        if (size == capacity) rebuild_block(s, s.cap_log2() + 1);
+        Follower* first = m_pool.data() + s.begin();
+        Follower* it = lower_bound_token(first, first + size, token);
+        std::memmove(it + 1, it, static_cast<size_t>(first + size - it) * sizeof(Follower));
+        *it = Follower{token, count};
+    }
+    s.set(size + 1, s.cap_log2());
+    s.head.count = std::max(s.head.count, count);
+    ++m_n_followers;
 }
 
 bool NgramCache::remove_count(NgramKey key, token_t token, uint32_t count) {
@@ -157,9 +214,8 @@ bool NgramCache::remove_count(NgramKey key, token_t token, uint32_t count) {
         if (s.head.token != token || s.head.count < count) return false;
         s.head.count -= count;
     } else {
-        Follower* first = m_pool.data() + s.begin();
-        Follower* it = lower_bound_token(first, first + s.size(), token);
-        if (it == first + s.size() || it->token != token || it->count < count) return false;
+        Follower* it = find_follower(s, token);
+        if (it == nullptr || it->count < count) return false;
         remove_from_pool(s, it, count);
     }
     s.sum -= count;
@@ -171,29 +227,56 @@ bool NgramCache::remove_count(NgramKey key, token_t token, uint32_t count) {
     return true;
 }
 
+// Backward-shift deletion inside a hashed block (no tombstones: holes are count 0).
+void NgramCache::erase_hashed(const Slot& s, Follower* it) {
+    Follower* block = m_pool.data() + s.begin();
+    const size_t mask = (size_t{1} << s.cap_log2()) - 1;
+    size_t hole = static_cast<size_t>(it - block);
+    for (size_t next = (hole + 1) & mask; block[next].count != 0; next = (next + 1) & mask) {
+        const size_t home = home_in_block(block[next].token, s.cap_log2());
+        const bool home_between = hole < next ? (home > hole && home <= next) : (home > hole || home <= next);
+        if (home_between) continue;
+        block[hole] = block[next];
+        hole = next;
+    }
+    block[hole].count = 0;
+}
+
 // Keeps the one-follower-inline form: a block left with a single follower goes back to the slot.
 void NgramCache::remove_from_pool(Slot& s, Follower* it, uint32_t count) {
-    Follower* first = m_pool.data() + s.begin();
     const uint32_t old_count = it->count;
     it->count -= count;
     uint32_t size = s.size();
     if (it->count == 0) {
-        std::memmove(it, it + 1, (first + size - it - 1) * sizeof(Follower));
+        if (is_hashed(s)) {
+            erase_hashed(s, it);
+        } else {
+            Follower* first = m_pool.data() + s.begin();
+            std::memmove(it, it + 1, static_cast<size_t>(first + size - it - 1) * sizeof(Follower));
+        }
         s.set(--size, s.cap_log2());
         --m_n_followers;
     }
     if (size == 1) {
+        // span_of() would now read the slot as inline: look in the block itself.
+        const Follower* block = m_pool.data() + s.begin();
+        const size_t entries = is_hashed(s) ? size_t{1} << s.cap_log2() : 1;
+        Follower last{};
+        for (size_t i = 0; i < entries; ++i) {
+            if (block[i].count > 0) last = block[i];
+        }
         release_block(s.begin(), s.cap_log2());
-        s.head = first[0];
+        s.head = last;
         s.set(1, 0);
         return;
     }
+    if (is_hashed(s) && size <= k_unhash_size) rebuild_block(s, k_sorted_max_log2);
     // The precheck needs only an upper bound of the largest count. Recounting a long array (a
     // common 1-gram's thousands of followers) at every removal would dominate removing a file,
     // so long arrays keep the old bound; it becomes exact again when the array shrinks.
     if (old_count == s.head.count && size <= k_exact_max_size) {
         uint32_t max_count = 0;
-        for (const Follower* f = first; f != first + size; ++f) max_count = std::max(max_count, f->count);
+        for (const Follower& f : span_of(s)) max_count = std::max(max_count, f.count);
         s.head.count = max_count;
     }
 }
@@ -231,9 +314,10 @@ void NgramCache::for_each_ngram(const token_t* tokens, size_t n_tokens, size_t f
             const Run& run = runs[(r - 1) % k_stages];
             for (size_t k = 0; k < run.size; ++k) {
                 const size_t slot = find_slot(run.keys[k]);
-                if (slot != m_slots.size() && m_slots[slot].size() > 1) {
-                    __builtin_prefetch(m_pool.data() + m_slots[slot].begin() + m_slots[slot].size() / 2);
-                }
+                if (slot == m_slots.size() || m_slots[slot].size() <= 1) continue;
+                const Slot& s = m_slots[slot];
+                const size_t probe = is_hashed(s) ? home_in_block(run.followers[k], s.cap_log2()) : s.size() / 2;
+                __builtin_prefetch(m_pool.data() + s.begin() + probe);
             }
         }
         if (r >= 2) {
@@ -263,7 +347,9 @@ void NgramCache::merge(const NgramCache& other) {
         return;
     }
     other.for_each([&](NgramKey key, FollowerSpan followers) {
-        for (const Follower& f : followers) add_count(key, f.token, f.count);
+        for (const Follower& f : followers) {
+            if (f.count > 0) add_count(key, f.token, f.count);
+        }
     });
 }
 
@@ -277,8 +363,6 @@ void NgramCache::clear() {
     m_n_followers = 0;
     m_total_count = 0;
 }
-
-void NgramCache::prefetch(NgramKey key) const { __builtin_prefetch(&m_slots[home_slot(key)]); }
 
 size_t NgramCache::memory_bytes() const {
     size_t bytes = m_slots.capacity() * sizeof(Slot) + m_pool.capacity() * sizeof(Follower);

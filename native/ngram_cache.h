@@ -12,10 +12,12 @@
 
 namespace lookup {
 
-// Open addressing with linear probing over packed keys; a key with several followers owns a
-// block of the follower pool holding them sorted by token id. Blocks come in power-of-two capacities and are
-// recycled through per-size free lists, so adding and removing files leaves no per-key heap
-// nodes behind. Views returned by find() stay valid until the next mutation.
+// Open addressing with linear probing over packed keys. A key with several followers owns a
+// block of the follower pool: up to 32 followers sorted by token id, beyond that a small hash
+// table of its own (the followers of a common token run to thousands, and a sorted array would
+// make every update a long binary search and often a long memmove). Blocks come in power-of-two
+// capacities recycled through per-size free lists, so adding and removing files leaves no
+// per-key heap nodes behind. Views returned by find() stay valid until the next mutation.
 class NgramCache {
 public:
     NgramCache() { rehash(k_min_slots); }
@@ -34,7 +36,7 @@ public:
 
     [[nodiscard]] FollowerSpan find(NgramKey key) const;
     // Starts loading the key's slot so that several look-ups overlap their cache misses.
-    void prefetch(NgramKey key) const;
+    void prefetch(NgramKey key) const { __builtin_prefetch(m_slots.data() + home_slot(key)); }
 
     [[nodiscard]] size_t n_keys() const { return m_n_keys; }
     [[nodiscard]] size_t n_followers() const { return m_n_followers; }
@@ -75,9 +77,16 @@ private:
 
     [[nodiscard]] size_t home_slot(NgramKey key) const { return hash_key(key) & m_mask; }
     [[nodiscard]] size_t find_slot(NgramKey key) const;  // m_slots.size() if absent
+    static constexpr uint32_t k_sorted_max_log2 = 5;  // sorted blocks hold up to 32 followers
+    static constexpr uint32_t k_unhash_size = 16;     // a hashed block this small is sorted again
+
+    [[nodiscard]] static bool is_hashed(const Slot& slot) { return slot.cap_log2() > k_sorted_max_log2; }
     [[nodiscard]] FollowerSpan span_of(const Slot& slot) const {
-        const Follower* data = slot.size() == 1 ? &slot.head : m_pool.data() + slot.begin();
-        return {data, slot.size(), slot.sum, slot.head.count};
+        if (slot.size() == 1) return {&slot.head, 1, slot.sum, slot.head.count, true};
+        if (is_hashed(slot)) {
+            return {m_pool.data() + slot.begin(), 1u << slot.cap_log2(), slot.sum, slot.head.count, false};
+        }
+        return {m_pool.data() + slot.begin(), slot.size(), slot.sum, slot.head.count, true};
     }
     size_t insert_slot(NgramKey key);
     void erase_slot(size_t slot);
@@ -85,11 +94,13 @@ private:
 
     uint32_t allocate_block(uint32_t cap_log2);
     void release_block(uint32_t begin, uint32_t cap_log2);
-    void grow_block(Slot& slot);
+    void rebuild_block(Slot& slot, uint32_t cap_log2);
+    [[nodiscard]] Follower* find_follower(const Slot& slot, token_t token);
     void add_to_pool(Slot& slot, token_t token, uint32_t count);
     template <class Apply>
     void for_each_ngram(const token_t* tokens, size_t n_tokens, size_t first, Apply&& apply) const;
     void remove_from_pool(Slot& slot, Follower* it, uint32_t count);
+    void erase_hashed(const Slot& slot, Follower* it);
 
     std::vector<Slot, HugePageAllocator<Slot>> m_slots;
     std::vector<Follower, HugePageAllocator<Follower>> m_pool;  // every multi-follower key's block

@@ -33,6 +33,10 @@ public:
         token_t fallback = -1;
     };
     [[nodiscard]] Entry find(token_t t0, token_t t1) const;
+    // Starts loading the pair's bucket; find() for the same pair follows soon.
+    void prefetch(token_t t0, token_t t1) const {
+        __builtin_prefetch(m_buckets + bucket_of(pack_pair(t0, t1), m_bucket_bits));
+    }
 
     // Visits every (t0, t1, followers) in file order; only meaningful after verify().
     template <class Visit>

@@ -3,6 +3,7 @@
 #include "checksum.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -32,17 +33,36 @@ constexpr size_t k_min_pending = size_t{1} << 20;
 
 [[nodiscard]] token_t triple_follower(uint64_t triple) { return static_cast<token_t>(triple & k_token_mask); }
 
-// One sorted input of a merge: packed words, each with a count (1 where `counts` is null).
+// One sorted input of a merge: packed words, each with a count (1 where both count arrays are
+// null). The entries' counts stay 32-bit and imported ones 64-bit, so nothing is widened.
 struct SortedRun {
     const uint64_t* words;
-    const uint64_t* counts;
+    const uint32_t* counts32;
+    const uint64_t* counts64;
     size_t size;
     size_t pos = 0;
 
     [[nodiscard]] bool done() const { return pos == size; }
     [[nodiscard]] uint64_t word() const { return words[pos]; }
-    [[nodiscard]] uint64_t count() const { return counts ? counts[pos] : 1; }
+    [[nodiscard]] uint64_t count() const { return counts32 ? counts32[pos] : counts64 ? counts64[pos] : 1; }
 };
+
+// Calls emit(word, total count) for each distinct word of the runs, in ascending order.
+template <size_t N, class Emit>
+void merge_runs(std::array<SortedRun, N>& runs, Emit&& emit) {
+    for (;;) {
+        uint64_t word = ~uint64_t{0};
+        for (const SortedRun& r : runs) {
+            if (!r.done()) word = std::min(word, r.word());
+        }
+        if (word == ~uint64_t{0}) return;
+        uint64_t count = 0;
+        for (SortedRun& r : runs) {
+            for (; !r.done() && r.word() == word; ++r.pos) count += r.count();
+        }
+        emit(word, count);
+    }
+}
 
 // Streams bytes to a file descriptor, folding them into the checksum; keeps the first error.
 class ChecksummedWriter {
@@ -83,13 +103,13 @@ void StaticCacheBuilder::add(const token_t* tokens, size_t n_tokens) {
     m_n_tokens += n_tokens;
     for (size_t i = k_static_ngram; i < n_tokens; ++i) {
         m_pending.push_back(pack_triple(tokens[i - 2], tokens[i - 1], tokens[i]));
-        if (m_pending.size() >= std::max(k_min_pending, m_entries.size() / 4)) flush();
+        if (m_pending.size() >= pending_limit()) flush();
     }
 }
 
 void StaticCacheBuilder::add_count(token_t t0, token_t t1, token_t follower, uint64_t count) {
     m_pending_counted.emplace_back(pack_triple(t0, t1, follower), count);
-    if (m_pending_counted.size() >= std::max(k_min_pending, m_entries.size() / 4)) flush();
+    if (m_pending_counted.size() >= pending_limit()) flush();
 }
 
 void StaticCacheBuilder::flush() {
@@ -103,36 +123,34 @@ void StaticCacheBuilder::flush() {
     }
     std::vector<std::pair<uint64_t, uint64_t>>().swap(m_pending_counted);
 
-    std::vector<uint64_t> entry_counts(m_counts.begin(), m_counts.end());
-    std::vector<uint32_t>().swap(m_counts);
-    SortedRun runs[3] = {{m_entries.data(), entry_counts.data(), m_entries.size()},
-                         {m_pending.data(), nullptr, m_pending.size()},
-                         {counted_words.data(), counted_counts.data(), counted_words.size()}};
-
+    auto make_runs = [&]() -> std::array<SortedRun, 3> {
+        return {SortedRun{m_entries.data(), m_counts.data(), nullptr, m_entries.size()},
+                SortedRun{m_pending.data(), nullptr, nullptr, m_pending.size()},
+                SortedRun{counted_words.data(), nullptr, counted_counts.data(), counted_words.size()}};
+    };
+    // Two passes, counting first, so the merged arrays are allocated at their exact size: the
+    // old and the new entries side by side are this builder's peak memory.
+    size_t n_merged = 0;
+    std::array<SortedRun, 3> runs = make_runs();
+    merge_runs(runs, [&](uint64_t, uint64_t) { ++n_merged; });
     std::vector<uint64_t> entries;
     std::vector<uint32_t> counts;
-    entries.reserve(m_entries.size() + m_pending.size() + counted_words.size());
-    counts.reserve(entries.capacity());
-    for (;;) {
-        uint64_t word = ~uint64_t{0};
-        for (const SortedRun& r : runs) {
-            if (!r.done()) word = std::min(word, r.word());
-        }
-        if (word == ~uint64_t{0}) break;
-        uint64_t count = 0;
-        for (SortedRun& r : runs) {
-            for (; !r.done() && r.word() == word; ++r.pos) count += r.count();
-        }
+    entries.reserve(n_merged);
+    counts.reserve(n_merged);
+    runs = make_runs();
+    merge_runs(runs, [&](uint64_t word, uint64_t count) {
         entries.push_back(word);
         // Counts saturate rather than wrap: a 4-billion-fold 2-gram still drafts the same.
         counts.push_back(static_cast<uint32_t>(std::min<uint64_t>(count, 0xFFFFFFFFu)));
-    }
-    entries.shrink_to_fit();
-    counts.shrink_to_fit();
+    });
     m_entries.swap(entries);
     m_counts.swap(counts);
+    // Reserved once at its limit: growing by doubling would briefly hold two copies.
     std::vector<uint64_t>().swap(m_pending);
+    m_pending.reserve(pending_limit());
 }
+
+size_t StaticCacheBuilder::pending_limit() const { return std::max(k_min_pending, m_entries.size() / 4); }
 
 size_t StaticCacheBuilder::memory_bytes() const {
     return m_pending.capacity() * 8 + m_pending_counted.capacity() * 16 + m_entries.capacity() * 8 +

@@ -34,6 +34,7 @@ public:
 
 private:
     void flush();
+    [[nodiscard]] size_t pending_limit() const;
 
     uint32_t m_n_vocab;
     uint64_t m_n_tokens = 0;

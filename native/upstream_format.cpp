@@ -36,9 +36,10 @@ constexpr size_t k_key_bytes = k_ngram_max * sizeof(int32_t);
 // Builds the file in memory, then writes it through a temporary file and a rename.
 class UpstreamWriter {
 public:
-    void add(NgramKey key, const FollowerSpan& followers) {
+    void add(NgramKey key, const FollowerSpan& span) {
+        const std::vector<Follower> followers = sorted_followers(span);
         for (int i = 0; i < k_ngram_max; ++i) put(key_token(key, i));
-        put(static_cast<int32_t>(followers.size));
+        put(static_cast<int32_t>(followers.size()));
         for (const Follower& f : followers) {
             put(f.token);
             put(static_cast<int32_t>(std::min<uint32_t>(f.count, 0x7FFFFFFF)));

@@ -543,3 +543,25 @@ def test_negative_sizes_are_refused(small: Caches) -> None:
         _lookup.draft_tree([5, 1, 5], -1, 3, **small.native)
     with pytest.raises(ValueError):
         _lookup.draft_tree([5, 1, 5], 3, -1, **small.native)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_draft=st.integers(1, 8))
+def test_draft_with_many_followers_matches_reference(tmp_path_factory, seed: int, n_draft: int) -> None:  # type: ignore[no-untyped-def]
+    """Keys with more than 32 followers are stored as hashed blocks, visited in hash order: the
+    drafter must still score them exactly and break ties towards the lowest token id."""
+    rng = np.random.default_rng(seed)
+    n_vocab = 300
+    docs = []
+    for _ in range(4):
+        doc = rng.integers(0, n_vocab, size=int(rng.integers(200, 1200)))
+        # Hot tokens every other position, so their 1-gram keys gather many followers, and a
+        # repeated phrase, so that some keys qualify.
+        doc[::2] = rng.integers(0, 4, size=len(doc[::2]))
+        doc[:12] = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10]
+        docs.append([int(t) for t in doc])
+    case = Case(n_vocab=n_vocab, prompt=docs[0][:300], context_docs=docs[:1], dynamic_docs=docs[1:3],
+                static_docs=docs[3:])
+    caches = build(case, str(tmp_path_factory.mktemp("many")))
+    for end in prefix_ends(len(case.prompt), 20):
+        check_draft_and_tree(caches, case.prompt[:end], n_draft, 3)

@@ -320,3 +320,36 @@ def test_large_file_added_and_removed() -> None:
     assert cache == build(n_vocab, [base, edited])
     assert cache.remove(edited) == 0
     assert arrays_equal(cache.to_arrays(), before)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    vocab=st.sampled_from([60, 200, 1000]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_keys_with_many_followers_round_trip(vocab: int, seed: int) -> None:
+    """Keys with more than 32 followers change layout (sorted array -> hashed block) and back
+    as files come and go; the cache must still equal a fresh build and the reference."""
+    rng = np.random.default_rng(seed)
+    # A few hot tokens followed by anything: their 1-gram keys collect many followers.
+    docs = []
+    for _ in range(6):
+        doc = rng.integers(0, vocab, size=int(rng.integers(100, 1500)))
+        doc[::2] = rng.integers(0, 3, size=len(doc[::2]))
+        docs.append(doc.astype(np.int32))
+    cache = _lookup.NgramCache(vocab)
+    for d in docs:
+        cache.add(d)
+    removed = [int(i) for i in rng.permutation(len(docs))[: len(docs) // 2]]
+    for i in removed:
+        assert cache.remove(docs[i]) == 0
+    fresh = _lookup.NgramCache(vocab)
+    ref = RefCache()
+    for i, d in enumerate(docs):
+        if i not in removed:
+            fresh.add(d)
+            ref.add(d.tolist())
+    assert cache == fresh
+    check_equals_ref(cache, ref)
+    for key in [(0,), (1,), (2,)]:
+        assert cache.followers(key).tolist() == sorted([t, c] for t, c in ref.data.get(key, {}).items())
