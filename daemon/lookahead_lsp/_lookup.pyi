@@ -80,7 +80,9 @@ class StaticCache:
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """As NgramCache.to_arrays (keys padded with -1 after the two tokens)."""
     def save_upstream(self, path: str) -> None: ...
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Releases the mapping (once no follower view still shows it); later calls raise
+        ValueError."""
 
 class StaticCacheBuilder:
     """Counts 2-grams of many documents (no 2-gram spans two documents) and writes a static
@@ -106,7 +108,8 @@ def draft(
 ) -> np.ndarray:
     """Up to n_draft tokens predicted to follow `tokens` (llama.cpp's lookup semantics:
     context with lax thresholds, then dynamic with strict ones, both weighted by the static
-    followers, then static alone). Ties go to the lowest token id."""
+    followers, then static alone). Ties go to the lowest token id. Only the last 4 tokens are
+    read; fewer than 2 tokens draft nothing."""
 
 def draft_tree(
     tokens: TokenArray,
