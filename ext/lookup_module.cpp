@@ -187,7 +187,10 @@ void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, c
     for (const PyNgramCache* c : {context, dynamic}) {
         if (c != nullptr) check_tokens(tokens.data() + n - tail, tail, c->n_vocab);
     }
-    if (stat != nullptr) check_tokens(tokens.data() + n - tail, tail, stat->open_cache().header().n_vocab);
+    if (stat != nullptr) {
+        std::shared_lock l(stat->mutex);
+        check_tokens(tokens.data() + n - tail, tail, stat->open_cache().header().n_vocab);
+    }
 }
 
 // Shared locks on the mutable sources for the length of one drafting call.
@@ -195,7 +198,11 @@ struct LockedSources {
     LockedSources(PyNgramCache* context, PyNgramCache* dynamic, PyStaticCache* stat) {
         if (context != nullptr) context_lock = std::shared_lock(context->mutex);
         if (dynamic != nullptr && dynamic != context) dynamic_lock = std::shared_lock(dynamic->mutex);
-        if (stat != nullptr) static_lock = std::shared_lock(stat->mutex);
+        if (stat != nullptr) {
+            static_lock = std::shared_lock(stat->mutex);
+            // Closed by another thread since the inputs were checked.
+            if (!stat->cache) throw std::invalid_argument(stat->path + ": static cache is closed");
+        }
         sources = {context ? &context->cache : nullptr, dynamic ? &dynamic->cache : nullptr,
                    stat ? stat->cache.get() : nullptr};
     }
@@ -248,14 +255,20 @@ py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyN
     // The replay's own context cache has no vocabulary; negative ids would alias key padding.
     check_tokens(tokens.data(), n, 0x7FFFFFFF);
     if (dynamic != nullptr) check_tokens(tokens.data(), n, dynamic->n_vocab);
-    if (stat != nullptr) check_tokens(tokens.data(), n, stat->open_cache().header().n_vocab);
+    if (stat != nullptr) {
+        std::shared_lock l(stat->mutex);
+        check_tokens(tokens.data(), n, stat->open_cache().header().n_vocab);
+    }
     lookup::ReplayStats s;
     {
         py::gil_scoped_release nogil;
         std::unique_lock<std::shared_mutex> lock;
         std::shared_lock<std::shared_mutex> static_lock;
         if (dynamic != nullptr) lock = std::unique_lock(dynamic->mutex);
-        if (stat != nullptr) static_lock = std::shared_lock(stat->mutex);
+        if (stat != nullptr) {
+            static_lock = std::shared_lock(stat->mutex);
+            if (!stat->cache) throw std::invalid_argument(stat->path + ": static cache is closed");
+        }
         s = lookup::replay(tokens.data(), n, static_cast<size_t>(n_ctx), static_cast<size_t>(n_draft),
                            dynamic ? &dynamic->cache : nullptr, stat ? stat->cache.get() : nullptr);
     }
@@ -282,6 +295,19 @@ py::dict header_dict(const lookup::StaticHeader& h) {
     return d;
 }
 
+// Checks the arguments of add/remove, then runs the update without the GIL, under the
+// cache's write lock.
+template <class Update>
+auto update_cache(PyNgramCache& c, const py::object& token_ids, int64_t first, Update&& update) {
+    if (first < 0) throw py::value_error("first must be >= 0");
+    const TokenArray tokens = as_tokens(token_ids);
+    const size_t n = static_cast<size_t>(tokens.size());
+    check_tokens(tokens.data(), n, c.n_vocab);
+    py::gil_scoped_release nogil;
+    std::unique_lock l(c.mutex);
+    return update(tokens.data(), n, static_cast<size_t>(first));
+}
+
 void bind_ngram_cache(py::module_& m) {
     py::class_<PyNgramCache>(m, "NgramCache")
         .def(py::init<int64_t>(), py::arg("n_vocab"))
@@ -293,23 +319,14 @@ void bind_ngram_cache(py::module_& m) {
         .def(
             "add",
             [](PyNgramCache& c, const py::object& token_ids, int64_t first) {
-                if (first < 0) throw py::value_error("first must be >= 0");
-                const TokenArray tokens = as_tokens(token_ids);
-                check_tokens(tokens.data(), static_cast<size_t>(tokens.size()), c.n_vocab);
-                py::gil_scoped_release nogil;
-                std::unique_lock l(c.mutex);
-                c.cache.add(tokens.data(), static_cast<size_t>(tokens.size()), static_cast<size_t>(first));
+                update_cache(c, token_ids, first, [&](const token_t* t, size_t n, size_t f) { c.cache.add(t, n, f); });
             },
             py::arg("tokens"), py::arg("first") = 0)
         .def(
             "remove",
             [](PyNgramCache& c, const py::object& token_ids, int64_t first) {
-                if (first < 0) throw py::value_error("first must be >= 0");
-                const TokenArray tokens = as_tokens(token_ids);
-                check_tokens(tokens.data(), static_cast<size_t>(tokens.size()), c.n_vocab);
-                py::gil_scoped_release nogil;
-                std::unique_lock l(c.mutex);
-                return c.cache.remove(tokens.data(), static_cast<size_t>(tokens.size()), static_cast<size_t>(first));
+                return update_cache(c, token_ids, first,
+                                    [&](const token_t* t, size_t n, size_t f) { return c.cache.remove(t, n, f); });
             },
             py::arg("tokens"), py::arg("first") = 0)
         .def(
