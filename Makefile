@@ -21,7 +21,9 @@ test: install
 	$(MAKE) --no-print-directory sanitize
 
 # The native core's tests once more, against a build with AddressSanitizer and UBSan: the cache
-# loaders promise never to read outside a mapping, whatever the file holds.
+# loaders promise never to read outside a mapping, whatever the file holds. Python itself is not
+# built with ASan, so its runtime is preloaded (with libstdc++, whose throw it intercepts), and
+# Python's allocations still live at exit are not leaks of ours.
 SANITIZE_TESTS := tests/test_ngram_cache.py tests/test_static_cache.py tests/test_drafting.py tests/test_replay.py
 sanitize: install
 	cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOKUP_SANITIZE=ON \
@@ -31,8 +33,6 @@ sanitize: install
 	rm -rf build/sanitize/pkg && mkdir -p build/sanitize/pkg
 	cp -r "$$($(PY) -c 'import lookahead_lsp, os; print(os.path.dirname(lookahead_lsp.__file__))')" build/sanitize/pkg/
 	cp build/sanitize/_lookup*.so build/sanitize/pkg/lookahead_lsp/
-	# Python itself is not built with ASan: preload its runtime (and libstdc++, whose throw it
-	# intercepts); Python's own allocations at exit are not leaks of ours.
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 		ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		PYTHONPATH=build/sanitize/pkg $(PY) -m pytest -q -p no:cacheprovider $(SANITIZE_TESTS)
