@@ -283,23 +283,22 @@ void NgramCache::remove_from_pool(Slot& s, Follower* it, uint32_t count) {
 
 // Calls apply(key, follower) for every n-gram whose follower index is >= first, in order. A
 // workspace's table lives far outside the CPU caches, so the work is pipelined over runs of
-// positions: while run r's slots are being prefetched, run r - 1's follower blocks are, and run
-// r - 2 is applied. The cache misses of three runs overlap instead of following one another.
+// positions: run r's slots are prefetched while run r - 1 is applied, and the cache misses of
+// a whole run overlap instead of following one another.
 template <class Apply>
 void NgramCache::for_each_ngram(const token_t* tokens, size_t n_tokens, size_t first, Apply&& apply) const {
     constexpr size_t k_run = 8;
-    constexpr size_t k_stages = 3;
     struct Run {
         NgramKey keys[k_run * k_ngram_max];
         token_t followers[k_run * k_ngram_max];
         size_t size = 0;
     };
-    Run runs[k_stages];
+    Run runs[2];
     const size_t start = std::max<size_t>(first, 1);
     const size_t n_runs = start < n_tokens ? (n_tokens - start + k_run - 1) / k_run : 0;
-    for (size_t r = 0; r < n_runs + k_stages - 1; ++r) {
+    for (size_t r = 0; r <= n_runs; ++r) {
         if (r < n_runs) {
-            Run& run = runs[r % k_stages];
+            Run& run = runs[r % 2];
             run.size = 0;
             const size_t end = std::min(start + (r + 1) * k_run, n_tokens);
             for (size_t i = start + r * k_run; i < end; ++i) {
@@ -310,18 +309,8 @@ void NgramCache::for_each_ngram(const token_t* tokens, size_t n_tokens, size_t f
                 }
             }
         }
-        if (r >= 1 && r - 1 < n_runs) {
-            const Run& run = runs[(r - 1) % k_stages];
-            for (size_t k = 0; k < run.size; ++k) {
-                const size_t slot = find_slot(run.keys[k]);
-                if (slot == m_slots.size() || m_slots[slot].size() <= 1) continue;
-                const Slot& s = m_slots[slot];
-                const size_t probe = is_hashed(s) ? home_in_block(run.followers[k], s.cap_log2()) : s.size() / 2;
-                __builtin_prefetch(m_pool.data() + s.begin() + probe);
-            }
-        }
-        if (r >= 2) {
-            const Run& run = runs[(r - 2) % k_stages];
+        if (r >= 1) {
+            const Run& run = runs[(r - 1) % 2];
             for (size_t k = 0; k < run.size; ++k) apply(run.keys[k], run.followers[k]);
         }
     }
