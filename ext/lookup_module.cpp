@@ -247,8 +247,10 @@ py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_b
                           py::array_t<int32_t>(static_cast<py::ssize_t>(n), out_parents.data()));
 }
 
-py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyNgramCache* dynamic, PyStaticCache* stat) {
+py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyNgramCache* dynamic, PyStaticCache* stat,
+                int64_t max_branches) {
     if (n_ctx <= 0 || n_draft < 0) throw py::value_error("n_ctx must be > 0 and n_draft >= 0");
+    if (max_branches < 1 || max_branches > 16) throw py::value_error("max_branches must be in [1, 16]");
     const TokenArray tokens = as_tokens(token_ids);
     check_draft_inputs(tokens, nullptr, nullptr, stat);
     const size_t n = static_cast<size_t>(tokens.size());
@@ -270,7 +272,8 @@ py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyN
             if (!stat->cache) throw std::invalid_argument(stat->path + ": static cache is closed");
         }
         s = lookup::replay(tokens.data(), n, static_cast<size_t>(n_ctx), static_cast<size_t>(n_draft),
-                           dynamic ? &dynamic->cache : nullptr, stat ? stat->cache.get() : nullptr);
+                           static_cast<size_t>(max_branches), dynamic ? &dynamic->cache : nullptr,
+                           stat ? stat->cache.get() : nullptr);
     }
     py::dict d;
     d["n_predict"] = s.n_predict;
@@ -581,5 +584,5 @@ PYBIND11_MODULE(_lookup, m) {
     m.def("draft_tree", &draft_tree, py::arg("tokens"), py::arg("n_draft"), py::arg("max_branches") = 3,
           py::arg("context") = nullptr, py::arg("dynamic") = nullptr, py::arg("static") = nullptr);
     m.def("replay", &replay, py::arg("tokens"), py::arg("n_ctx"), py::arg("n_draft"), py::arg("dynamic") = nullptr,
-          py::arg("static") = nullptr);
+          py::arg("static") = nullptr, py::arg("max_branches") = 1);
 }

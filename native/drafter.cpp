@@ -1,6 +1,7 @@
 #include "drafter.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace lookup {
 
@@ -213,20 +214,32 @@ size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, 
 
 size_t draft_tree(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
                   size_t max_branches, token_t* out_tokens, int32_t* out_parents) {
-    if (n_draft == 0 || max_branches == 0 || n_known < k_static_ngram) return 0;
+    if (n_draft == 0 || max_branches == 0) return 0;
+    const size_t main_length = extend(known, n_known, sources, n_draft, out_tokens, 0);
+    for (size_t i = 0; i < main_length; ++i) out_parents[i] = static_cast<int32_t>(i) - 1;
+    size_t n_nodes = main_length;
+    size_t n_branches = main_length > 0 ? 1 : 0;
     constexpr size_t k_max_candidates = 16;
-    token_t first[k_max_candidates];
-    const size_t n_first = next_candidates(Sequence{known, n_known, nullptr, 0}, sources, first,
-                                           std::min(max_branches, k_max_candidates));
-    size_t n_nodes = 0;
-    for (size_t b = 0; b < n_first; ++b) {
-        token_t* branch = out_tokens + n_nodes;
-        branch[0] = first[b];
-        const size_t length = extend(known, n_known, sources, n_draft, branch, 1);
-        for (size_t i = 0; i < length; ++i) {
-            out_parents[n_nodes + i] = i == 0 ? -1 : static_cast<int32_t>(n_nodes + i - 1);
+    token_t candidates[k_max_candidates];
+    for (size_t depth = 0; depth < main_length && n_branches < max_branches; ++depth) {
+        const size_t n_candidates =
+            next_candidates(Sequence{known, n_known, out_tokens, depth}, sources, candidates, k_max_candidates);
+        for (size_t c = 0; c < n_candidates && n_branches < max_branches; ++c) {
+            if (candidates[c] == out_tokens[depth]) continue;
+            // Draft the branch as main[:depth] + candidate + continuation in the free space after
+            // the nodes so far (room for n_draft tokens is left while branches remain), then keep
+            // only the part from the candidate on.
+            token_t* scratch = out_tokens + n_nodes;
+            std::copy(out_tokens, out_tokens + depth, scratch);
+            scratch[depth] = candidates[c];
+            const size_t length = extend(known, n_known, sources, n_draft, scratch, depth + 1) - depth;
+            std::memmove(scratch, scratch + depth, length * sizeof(token_t));
+            for (size_t i = 0; i < length; ++i) {
+                out_parents[n_nodes + i] = i == 0 ? static_cast<int32_t>(depth) - 1 : static_cast<int32_t>(n_nodes + i - 1);
+            }
+            n_nodes += length;
+            ++n_branches;
         }
-        n_nodes += length;
     }
     return n_nodes;
 }

@@ -41,9 +41,11 @@ inline constexpr uint64_t k_static_weight = 100;
 size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
              token_t* out);
 
-// A token tree: branch 0 is exactly draft(); the other branches start with the other tokens that
-// qualify as the next one (see drafter.cpp) and continue greedily. Node i has parent parents[i]
-// (-1: a child of the last known token); parents precede children. Writes at most
+// A token tree of up to max_branches branches. Branch 0 is exactly draft(). Then, depth by depth
+// along branch 0, every other token that qualifies at that depth (see next_candidates in
+// drafter.cpp) starts a branch that continues greedily: alternatives near the root come first,
+// as they leave the longest continuations. Node i has parent parents[i] (-1: a child of the last
+// known token); parents precede children, and a branch's nodes are contiguous. Writes at most
 // max_branches * n_draft nodes and returns the number written.
 size_t draft_tree(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
                   size_t max_branches, token_t* out_tokens, int32_t* out_parents);

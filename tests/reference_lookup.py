@@ -272,24 +272,53 @@ def ref_draft_tree(
     dynamic: Optional[RefCache] = None,
     static: Optional[RefCache] = None,
 ) -> tuple[list[int], list[int]]:
-    """(tokens, parents): branch b is [candidate_b] + ref_draft(tokens + [candidate_b],
-    n_draft - 1); nodes branch by branch, parents -1 for a branch's first node, else the index
-    of the previous node of the same branch."""
+    """(tokens, parents): branch 0 is ref_draft(tokens, n_draft); then, depth by depth along
+    branch 0, each other qualifying candidate c for the token at depth k (in candidate order)
+    starts a branch [c] + ref_draft(tokens + main[:k] + [c], n_draft - k - 1) whose first node's
+    parent is main's node at depth k - 1 (-1 at depth 0), until there are max_branches. Nodes
+    are listed branch by branch; inside a branch each node's parent is the node before it."""
     tokens = [int(t) for t in tokens]
     if n_draft <= 0 or max_branches <= 0:
         return [], []
-    out_tokens: list[int] = []
-    out_parents: list[int] = []
-    for cand in ref_root_candidates(tokens, context, dynamic, static)[:max_branches]:
-        branch = [cand] + ref_draft(tokens + [cand], n_draft - 1, context, dynamic, static)
-        for j, tok in enumerate(branch):
-            out_parents.append(-1 if j == 0 else len(out_tokens) - 1)
-            out_tokens.append(tok)
+    main = ref_draft(tokens, n_draft, context, dynamic, static)
+    out_tokens = list(main)
+    out_parents = [i - 1 for i in range(len(main))]
+    n_branches = 1 if main else 0
+    for k in range(len(main)):
+        for cand in ref_root_candidates(tokens + main[:k], context, dynamic, static):
+            if n_branches >= max_branches:
+                return out_tokens, out_parents
+            if cand == main[k]:
+                continue
+            branch = [cand] + ref_draft(tokens + main[:k] + [cand], n_draft - k - 1, context, dynamic, static)
+            for j, tok in enumerate(branch):
+                out_parents.append(k - 1 if j == 0 else len(out_tokens) - 1)
+                out_tokens.append(tok)
+            n_branches += 1
     return out_tokens, out_parents
 
 
 # ---------------------------------------------------------------------------------------------
 # llama-lookup-stats
+
+
+def ref_best_path(tokens: list[int], parents: list[int], truth: list[int]) -> list[int]:
+    """The tokens from the root to the deepest node whose whole path matches `truth` (the
+    earliest such node on ties): what a tree verifier accepts."""
+    depth: list[int] = []
+    matched: list[bool] = []
+    best = -1
+    for i, (tok, parent) in enumerate(zip(tokens, parents)):
+        depth.append(0 if parent == -1 else depth[parent] + 1)
+        ok = (parent == -1 or matched[parent]) and depth[i] < len(truth) and tok == truth[depth[i]]
+        matched.append(ok)
+        if ok and (best == -1 or depth[i] > depth[best]):
+            best = i
+    path: list[int] = []
+    while best != -1:
+        path.append(tokens[best])
+        best = parents[best]
+    return path[::-1]
 
 
 def ref_replay(
@@ -298,8 +327,11 @@ def ref_replay(
     n_draft: int,
     dynamic: Optional[RefCache] = None,
     static: Optional[RefCache] = None,
+    max_branches: int = 1,
 ) -> dict[str, int]:
-    """llama-lookup-stats over pre-tokenized text; `dynamic` is updated in place."""
+    """llama-lookup-stats over pre-tokenized text; `dynamic` is updated in place. With
+    max_branches > 1 each step drafts a tree and keeps its longest matching path, counting all
+    of the tree's nodes as drafted."""
     tokens = [int(t) for t in tokens]
     n_drafted = 0
     n_accept = 0
@@ -309,8 +341,13 @@ def ref_replay(
         chunk = tokens[i_start : i_start + n_ctx]
         out = [chunk[0]]
         while len(out) < n_ctx:
-            d = ref_draft(out, n_draft, context, dynamic, static)
-            n_drafted += len(d)
+            if max_branches > 1:
+                tree, parents = ref_draft_tree(out, n_draft, max_branches, context, dynamic, static)
+                d, n_nodes = ref_best_path(tree, parents, chunk[len(out) :]), len(tree)
+            else:
+                d = ref_draft(out, n_draft, context, dynamic, static)
+                n_nodes = len(d)
+            n_drafted += n_nodes
             for tok in d:
                 if len(out) >= n_ctx or tok != chunk[len(out)]:
                     break

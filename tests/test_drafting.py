@@ -113,18 +113,20 @@ def prefix_ends(n: int, count: int = 30) -> list[int]:
     return sorted(e for e in {0, 1, 2, n} | set(range(0, n + 1, max(1, n // count))) if e <= n)
 
 
-def check_tree_shape(tokens: list[int], parents: list[int]) -> list[list[int]]:
-    """Checks the tree is well formed; returns its branches (each a list of tokens)."""
+def check_tree_shape(tokens: list[int], parents: list[int]) -> list[tuple[int, list[int]]]:
+    """Checks the tree is well formed; returns its branches as (depth of the first node,
+    tokens). A node starts a new branch when its parent is not the node just before it; branch
+    0 starts at the root and the others hang off branch 0."""
     assert len(tokens) == len(parents)
-    branches: list[list[int]] = []
+    branches: list[tuple[int, list[int]]] = []
     for i, p in enumerate(parents):
         assert -1 <= p < i, "a parent must come before its child"
-        if p == -1:
-            branches.append([tokens[i]])
+        if i == 0 or p != i - 1:
+            main_length = len(branches[0][1]) if branches else 0
+            assert p == -1 or p < main_length - 1, "other branches hang off branch 0"
+            branches.append((p + 1, [tokens[i]]))
         else:
-            # Branches are chains: a node's parent is the node just before it.
-            assert p == i - 1 and branches
-            branches[-1].append(tokens[i])
+            branches[-1][1].append(tokens[i])
     return branches
 
 
@@ -148,15 +150,19 @@ def check_draft_and_tree(
     # Properties that hold whatever the reference says.
     branches = check_tree_shape(t_tokens.tolist(), t_parents.tolist())
     assert len(branches) <= max_branches
-    firsts = [b[0] for b in branches]
-    assert len(set(firsts)) == len(firsts), "branches must start with distinct tokens"
-    if branches:
-        assert branches[0] == expected, "branch 0 must equal draft()"
-    else:
+    if not branches:
         assert expected == [] or max_branches == 0
-    for b in branches:
-        assert 1 <= len(b) <= n_draft
-        cont = _lookup.draft(np.asarray(prompt + b[:1], dtype=np.int32), n_draft - 1, **caches.native)
+        return
+    depth0, main = branches[0]
+    assert depth0 == 0 and main == expected, "branch 0 must equal draft()"
+    children: dict[int, set[int]] = {}
+    for depth, b in branches[1:]:
+        siblings = children.setdefault(depth, {main[depth]})
+        assert b[0] not in siblings, "siblings must be distinct tokens"
+        siblings.add(b[0])
+        assert 1 <= depth + len(b) <= n_draft
+        prefix = prompt + main[:depth] + b[:1]
+        cont = _lookup.draft(np.asarray(prefix, dtype=np.int32), n_draft - depth - 1, **caches.native)
         assert b[1:] == cont.tolist()
 
 
@@ -187,8 +193,10 @@ def test_reference_hand_worked() -> None:
     # One-token and empty inputs never draft.
     assert ref_draft([5], 3, ref_cache_from_docs([[5, 1, 5, 1]])) == []
     assert ref_draft([], 3, ref_cache_from_docs([[5, 1, 5, 1]])) == []
-    # The tree: (7, 5) qualifies with best 1, and 2 passes 50 % too; (5,) does not qualify.
-    assert ref_draft_tree([9, 7, 5], 4, 3, ctx) == ([1, 7, 5, 2, 2], [-1, 0, 1, 2, -1])
+    # The tree: (7, 5) qualifies with best 1, and 2 passes 50 % too; (5,) does not qualify. At
+    # depth 3, after (7, 5) again, the n = 4 key says 2 and the n = 2 key also offers 1.
+    assert ref_draft_tree([9, 7, 5], 4, 3, ctx) == ([1, 7, 5, 2, 2, 1], [-1, 0, 1, 2, -1, 2])
+    assert ref_draft_tree([9, 7, 5], 4, 2, ctx) == ([1, 7, 5, 2, 2], [-1, 0, 1, 2, -1])
     assert ref_draft_tree([9, 7, 5], 4, 1, ctx) == ([1, 7, 5, 2], [-1, 0, 1, 2])
     assert ref_draft_tree([9, 7, 5], 1, 3, ctx) == ([1, 2], [-1, -1])
     assert ref_draft_tree([9, 7, 5], 0, 3, ctx) == ([], [])
@@ -217,7 +225,7 @@ def test_native_hand_worked(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert _lookup.draft([9, 7, 5], 10, context=c.native["context"]).tolist() == [1, 7, 5, 2]
     assert _lookup.draft([9, 7, 5], 1, **c.native).tolist() == [2]
     toks, parents = _lookup.draft_tree([9, 7, 5], 4, 3, context=c.native["context"])
-    assert (toks.tolist(), parents.tolist()) == ([1, 7, 5, 2, 2], [-1, 0, 1, 2, -1])
+    assert (toks.tolist(), parents.tolist()) == ([1, 7, 5, 2, 2, 1], [-1, 0, 1, 2, -1, 2])
     for prompt in ([9, 7, 5], [7, 5], [0, 5], [5, 2], [1]):
         for n in range(0, 6):
             check_draft_and_tree(c, prompt, n, 3)

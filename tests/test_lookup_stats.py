@@ -123,3 +123,13 @@ def test_replay_updates_the_dynamic_cache_like_upstream(tokenizer: Tokenizer) ->
     for c in range(n_chunks):
         expected.add(np.ascontiguousarray(tokens[c * 1024:(c + 1) * 1024]))
     assert dynamic == expected
+
+
+def test_tree_drafts(replay_text: Path) -> None:
+    """--branches K replays token trees (what the engine verifies) instead of single drafts."""
+    result = run_stats("--file", str(replay_text), "--json", "--branches", "3")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert set(stats) == KEYS and 0 < stats["n_accept"] <= stats["n_drafted"]
+    bad = run_stats("--file", str(replay_text), "--branches", "0")
+    assert bad.returncode == 2 and "--branches" in bad.stderr

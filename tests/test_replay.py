@@ -166,3 +166,42 @@ def test_replay_refuses_bad_sizes_and_tokens() -> None:
     with pytest.raises(ValueError):
         _lookup.replay([0, 1, 5] * 100, 64, 3, dyn)  # 5 is outside the dynamic cache's vocabulary
     assert dyn.n_keys == 0
+
+
+@SETTINGS
+@given(case=corpora(), n_ctx=st.sampled_from([32, 64, 128]), n_draft=st.sampled_from([1, 3, 8]),
+       max_branches=st.integers(2, 4))
+def test_tree_replay_matches_reference(tmp_path_factory, case, n_ctx: int, n_draft: int, max_branches: int) -> None:  # type: ignore[no-untyped-def]
+    """lookup-stats --branches: each step drafts a token tree, keeps the branch that matches the
+    text longest and pays for every node."""
+    n_vocab, tokens, dynamic_docs, static_docs = case
+    static = ref_static = None
+    if static_docs is not None:
+        static = native_static(n_vocab, static_docs, str(tmp_path_factory.mktemp("tree") / "s.cache"))
+        ref_static = ref_static_from_docs(static_docs)
+    dynamic = None if dynamic_docs is None else native_cache(n_vocab, dynamic_docs)
+    ref_dynamic = None if dynamic_docs is None else ref_cache_from_docs(dynamic_docs)
+    got = _lookup.replay(np.asarray(tokens, dtype=np.int32), n_ctx, n_draft, dynamic, static,
+                         max_branches=max_branches)
+    expected = ref_replay(tokens, n_ctx, n_draft, ref_dynamic, ref_static, max_branches=max_branches)
+    assert {k: got[k] for k in expected} == expected
+
+
+def test_tree_replay_finds_what_the_single_draft_misses() -> None:
+    """At a fork where the text's own context favours one continuation and the workspace the
+    other, the single draft follows the context; a tree also carries the workspace's guess and
+    wins whenever the text takes that branch."""
+    rng = np.random.default_rng(7)
+    prefix, a, b = [1, 2, 3, 4, 5], [10, 11, 12, 13], [20, 21, 22, 23]
+    doc = np.array([t for choice in rng.random(300) for t in prefix + (a if choice < 0.6 else b)], dtype=np.int32)
+    workspace = np.array((prefix + b) * 50, dtype=np.int32)
+
+    def run(max_branches: int) -> dict[str, int]:
+        dynamic = _lookup.NgramCache(30)
+        dynamic.add(workspace)
+        # 6 tokens a draft, so that drafts cross the fork at varying depths.
+        return _lookup.replay(doc, 1024, 6, dynamic, max_branches=max_branches)
+
+    assert run(3)["n_accept"] > run(1)["n_accept"]
+    with pytest.raises(ValueError):
+        _lookup.replay(doc, 1024, 8, max_branches=0)

@@ -120,8 +120,10 @@ def draft_tree(
     static: Optional[StaticCache] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A small token tree of continuations: (tokens, parents), parents[i] the index of node i's
-    parent or -1 for a child of the last known token; parents come before children. Branch 0 is
-    exactly draft(); the others start with the other qualifying next tokens."""
+    parent or -1 for a child of the last known token; parents come before children and each
+    branch's nodes are contiguous. Branch 0 is exactly draft(); then, depth by depth along it,
+    each other token that qualifies at that depth starts a branch continued greedily, up to
+    max_branches branches (at most 16)."""
 
 def replay(
     tokens: TokenArray,
@@ -129,6 +131,9 @@ def replay(
     n_draft: int,
     dynamic: Optional[NgramCache] = None,
     static: Optional[StaticCache] = None,
+    max_branches: int = 1,
 ) -> dict[str, int]:
     """llama-lookup-stats' method over pre-tokenized text: n_predict, n_drafted, n_accept,
-    draft_ns. `dynamic` is updated with each chunk's context cache, as upstream does."""
+    draft_ns. `dynamic` is updated with each chunk's context cache, as upstream does. With
+    max_branches > 1 (at most 16) each step drafts a token tree (draft_tree) and keeps its
+    longest-matching branch; n_drafted then counts all tree nodes."""

@@ -75,6 +75,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--n-draft", type=int, default=8, metavar="N", help="tokens per draft (8)")
     stats.add_argument("--ctx-size", type=int, default=4096, metavar="N", help="chunk size (4096)")
+    stats.add_argument(
+        "--branches",
+        type=int,
+        default=1,
+        metavar="K",
+        help="draft a token tree of up to K branches per step and keep the best (1: upstream's single draft)",
+    )
     stats.add_argument("--model", metavar="GGUF", help="model whose tokenizer to use")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
     stats.set_defaults(run=_lookup_stats)

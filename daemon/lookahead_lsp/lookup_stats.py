@@ -36,8 +36,8 @@ class LookupStats:
 
 
 def lookup_stats(args: argparse.Namespace) -> int:
-    if args.n_draft < 0 or args.ctx_size < 2:
-        raise UserError("--n-draft must be >= 0 and --ctx-size >= 2")
+    if args.n_draft < 0 or args.ctx_size < 2 or not 1 <= args.branches <= 16:
+        raise UserError("--n-draft must be >= 0, --ctx-size >= 2 and --branches in 1..16")
     text_path = Path(args.file)
     try:
         text = text_path.read_bytes()
@@ -51,7 +51,7 @@ def lookup_stats(args: argparse.Namespace) -> int:
         dynamic = NgramCache(tokenizer.n_vocab)
         if args.dynamic_cache and Path(args.dynamic_cache).exists():
             dynamic = NgramCache.load_upstream(args.dynamic_cache, tokenizer.n_vocab)
-    counts = replay(tokens, args.ctx_size, args.n_draft, dynamic, static)
+    counts = replay(tokens, args.ctx_size, args.n_draft, dynamic, static, max_branches=args.branches)
     stats = LookupStats(
         n_draft=args.n_draft,
         n_predict=counts["n_predict"],
