@@ -229,8 +229,9 @@ py::array_t<token_t> draft(const py::object& token_ids, int64_t n_draft, PyNgram
 
 py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_branches, PyNgramCache* context,
                      PyNgramCache* dynamic, PyStaticCache* stat) {
-    if (n_draft < 0 || max_branches < 0) throw py::value_error("n_draft and max_branches must be >= 0");
-    const size_t capacity = static_cast<size_t>(n_draft) * static_cast<size_t>(std::min<int64_t>(max_branches, 16));
+    if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
+    if (max_branches < 0 || max_branches > 16) throw py::value_error("max_branches must be in [0, 16]");
+    const size_t capacity = static_cast<size_t>(n_draft) * static_cast<size_t>(max_branches);
     std::vector<token_t> out_tokens(capacity);
     std::vector<int32_t> out_parents(capacity);
     const TokenArray tokens = as_tokens(token_ids);
