@@ -65,7 +65,6 @@ inline constexpr uint64_t k_pair_mask = (uint64_t{1} << (2 * k_pair_token_bits))
 
 inline constexpr int k_span_offset_bits = 40;
 inline constexpr uint64_t k_span_offset_mask = (uint64_t{1} << k_span_offset_bits) - 1;
-inline constexpr uint64_t k_span_max_length = (uint64_t{1} << (64 - k_span_offset_bits)) - 1;
 
 [[nodiscard]] inline uint64_t pack_pair(token_t t0, token_t t1) {
     return static_cast<uint64_t>(t0) | (static_cast<uint64_t>(t1) << k_pair_token_bits);
