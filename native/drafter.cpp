@@ -33,7 +33,9 @@ public:
         : m_begin(static_part.begin()), m_at(static_part.begin()), m_end(static_part.end()) {}
 
     [[nodiscard]] uint64_t score(const Follower& f) {
-        if (m_at != m_begin && (m_at == m_end || m_at->token > f.token)) m_at = m_begin;
+        // Everything before m_at is below the previous token, so only a smaller token rewinds.
+        if (f.token < m_last) m_at = m_begin;
+        m_last = f.token;
         m_at = std::lower_bound(m_at, m_end, f.token, [](const Follower& s, token_t t) { return s.token < t; });
         const uint32_t s = m_at != m_end && m_at->token == f.token ? m_at->count : 0;
         return uint64_t{f.count} * (s > 0 ? k_static_weight * s : 1);
@@ -43,6 +45,7 @@ private:
     const Follower* m_begin;
     const Follower* m_at;
     const Follower* m_end;
+    token_t m_last = -1;
 };
 
 // Is (score, token) a better candidate than the best so far? Higher scores win, equal ones go
