@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp import _lookup
+from caches import native_cache, native_static
 from reference_lookup import (
     LAX_MIN_PERCENT,
     LAX_MIN_SAMPLE,
@@ -71,25 +72,6 @@ class Case:
 class Caches:
     native: dict[str, object]
     ref: dict[str, Optional[RefCache]]
-
-
-def native_cache(n_vocab: int, docs: list[list[int]]) -> "_lookup.NgramCache":
-    c = _lookup.NgramCache(n_vocab)
-    for d in docs:
-        c.add(np.asarray(d, dtype=np.int32))
-    return c
-
-
-def native_static(
-    n_vocab: int, docs: list[list[int]], path: str, fingerprint: int = 0
-) -> "_lookup.StaticCache":
-    b = _lookup.StaticCacheBuilder(n_vocab)
-    for d in docs:
-        b.add(np.asarray(d, dtype=np.int32))
-    b.write(path, fingerprint)
-    s = _lookup.StaticCache.open(path, n_vocab=n_vocab, fingerprint=fingerprint)
-    s.verify()
-    return s
 
 
 def build(case: Case, tmp_dir: str) -> Caches:

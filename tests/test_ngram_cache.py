@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
@@ -10,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp import _lookup
+from caches import vocab_and_docs
 from reference_lookup import (
     RefCache,
     Vocab,
@@ -20,17 +20,6 @@ from reference_lookup import (
 )
 
 SETTINGS = settings(deadline=None, max_examples=100, print_blob=True)
-
-
-@st.composite
-def vocab_and_docs(draw: st.DrawFn, max_docs: int = 8, max_vocab: int = 50):  # type: ignore[no-untyped-def]
-    n_vocab = draw(st.integers(3, max_vocab))
-    tok = st.integers(0, n_vocab - 1)
-    phrases = draw(st.lists(st.lists(tok, min_size=1, max_size=6), min_size=1, max_size=5))
-    piece = st.one_of(st.sampled_from(phrases), st.lists(tok, max_size=3))
-    doc = st.lists(piece, max_size=20).map(lambda ps: list(itertools.chain.from_iterable(ps)))
-    docs = draw(st.lists(doc, max_size=max_docs))
-    return n_vocab, docs
 
 
 def build(n_vocab: int, docs: list[list[int]]) -> "_lookup.NgramCache":
@@ -165,7 +154,7 @@ def test_clear() -> None:
 
 
 @SETTINGS
-@given(vd=vocab_and_docs(), data=st.data())
+@given(vd=vocab_and_docs(max_docs=8, max_pieces=20), data=st.data())
 def test_remove_some_equals_fresh_build(vd, data) -> None:  # type: ignore[no-untyped-def]
     n_vocab, docs = vd
     cache = build(n_vocab, docs)
@@ -186,7 +175,7 @@ def test_remove_some_equals_fresh_build(vd, data) -> None:  # type: ignore[no-un
 
 
 @SETTINGS
-@given(vd=vocab_and_docs(max_docs=1), data=st.data())
+@given(vd=vocab_and_docs(max_docs=1, max_pieces=20), data=st.data())
 def test_incremental_add_equals_one_add(vd, data) -> None:  # type: ignore[no-untyped-def]
     n_vocab, docs = vd
     doc = docs[0] if docs else []
@@ -211,7 +200,7 @@ def test_incremental_add_equals_one_add(vd, data) -> None:  # type: ignore[no-un
 
 
 @SETTINGS
-@given(vd=vocab_and_docs(), split=st.integers(0, 8))
+@given(vd=vocab_and_docs(max_docs=8, max_pieces=20), split=st.integers(0, 8))
 def test_merge(vd, split: int) -> None:  # type: ignore[no-untyped-def]
     n_vocab, docs = vd
     a, b = build(n_vocab, docs[:split]), build(n_vocab, docs[split:])
@@ -260,7 +249,7 @@ def test_remove_never_added() -> None:
 
 @st.composite
 def operations(draw: st.DrawFn):  # type: ignore[no-untyped-def]
-    n_vocab, docs = draw(vocab_and_docs(max_docs=6))
+    n_vocab, docs = draw(vocab_and_docs(max_docs=6, max_pieces=20))
     tok = st.integers(0, n_vocab - 1)
     seq = st.one_of(st.sampled_from(docs), st.lists(tok, max_size=12)) if docs else st.lists(tok, max_size=12)
     op = st.one_of(

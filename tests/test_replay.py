@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp import _lookup
+from caches import native_cache, native_static
 from reference_lookup import (
     RefCache,
     Vocab,
@@ -21,23 +22,6 @@ from reference_lookup import (
 )
 
 SETTINGS = settings(deadline=None, max_examples=30, print_blob=True)
-
-
-def native_cache(n_vocab: int, docs: list[list[int]]) -> "_lookup.NgramCache":
-    c = _lookup.NgramCache(n_vocab)
-    for d in docs:
-        c.add(np.asarray(d, dtype=np.int32))
-    return c
-
-
-def native_static(n_vocab: int, docs: list[list[int]], path: str) -> "_lookup.StaticCache":
-    b = _lookup.StaticCacheBuilder(n_vocab)
-    for d in docs:
-        b.add(np.asarray(d, dtype=np.int32))
-    b.write(path, 0)
-    s = _lookup.StaticCache.open(path, n_vocab)
-    s.verify()
-    return s
 
 
 def check_replay(

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import struct
 import subprocess
@@ -16,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp import _lookup
+from caches import vocab_and_docs
 from reference_lookup import (
     STDLIB_DIR,
     RefCache,
@@ -124,16 +124,6 @@ def stdlib_docs(target_tokens: int) -> tuple[Vocab, list[list[int]]]:
         docs.append(doc)
         total += len(doc)
     return vocab, docs
-
-
-@st.composite
-def vocab_and_docs(draw: st.DrawFn, max_vocab: int = 50, max_docs: int = 5):  # type: ignore[no-untyped-def]
-    n_vocab = draw(st.integers(3, max_vocab))
-    tok = st.integers(0, n_vocab - 1)
-    phrases = draw(st.lists(st.lists(tok, min_size=1, max_size=6), min_size=1, max_size=5))
-    piece = st.one_of(st.sampled_from(phrases), st.lists(tok, max_size=3))
-    doc = st.lists(piece, max_size=25).map(lambda ps: list(itertools.chain.from_iterable(ps)))
-    return n_vocab, draw(st.lists(doc, max_size=max_docs))
 
 
 # ---------------------------------------------------------------------------------------------
