@@ -1,16 +1,12 @@
 #include "static_cache_builder.h"
 
+#include "atomic_file.h"
 #include "checksum.h"
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace lookup {
 
@@ -64,35 +60,24 @@ void merge_runs(std::array<SortedRun, N>& runs, Emit&& emit) {
     }
 }
 
-// Streams bytes to a file descriptor, folding them into the checksum; keeps the first error.
+// Streams bytes into a file, folding them into the checksum and tracking the offset.
 class ChecksummedWriter {
 public:
-    explicit ChecksummedWriter(int fd) : m_fd(fd) {}
+    explicit ChecksummedWriter(AtomicFile& file) : m_file(file) {}
 
     void write(const void* data, size_t size) {
         m_sum.update(data, size);
         m_offset += size;
-        const auto* p = static_cast<const unsigned char*>(data);
-        while (size > 0 && m_error == 0) {
-            const ssize_t n = ::write(m_fd, p, size);
-            if (n < 0) {
-                if (errno != EINTR) m_error = errno;
-                continue;
-            }
-            p += n;
-            size -= static_cast<size_t>(n);
-        }
+        m_file.write(data, size);
     }
     void pad_to(uint64_t offset) {
         static const unsigned char zeros[k_section_alignment] = {};
         while (m_offset < offset) write(zeros, static_cast<size_t>(std::min<uint64_t>(offset - m_offset, sizeof zeros)));
     }
-    [[nodiscard]] int error() const { return m_error; }
     [[nodiscard]] uint64_t digest() const { return m_sum.digest(); }
 
 private:
-    int m_fd;
-    int m_error = 0;
+    AtomicFile& m_file;
     uint64_t m_offset = 0;
     Checksum m_sum;
 };
@@ -210,13 +195,8 @@ bool StaticCacheBuilder::write(const std::string& path, uint64_t tokenizer_finge
     h.followers_offset = align_section(h.records_offset + n_keys * sizeof(StaticRecord));
     h.file_size = h.followers_offset + m_entries.size() * sizeof(Follower);
 
-    const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
-    const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        *error = std::string("cannot write (") + std::strerror(errno) + ")";
-        return false;
-    }
-    ChecksummedWriter out(fd);
+    AtomicFile file(path);
+    ChecksummedWriter out(file);
     out.write(&h, sizeof h);
     out.pad_to(h.buckets_offset);
     out.write(buckets.data(), buckets.size() * sizeof(uint32_t));
@@ -252,16 +232,8 @@ bool StaticCacheBuilder::write(const std::string& path, uint64_t tokenizer_finge
     }
     out.write(followers.data(), followers.size() * sizeof(Follower));
     h.checksum = out.digest();
-    int err = out.error();
-    if (err == 0 && ::pwrite(fd, &h.checksum, sizeof h.checksum, offsetof(StaticHeader, checksum)) != sizeof h.checksum) err = errno;
-    if (err == 0 && ::fsync(fd) != 0) err = errno;
-    if (::close(fd) != 0 && err == 0) err = errno;
-    if (err == 0 && ::rename(tmp_path.c_str(), path.c_str()) != 0) err = errno;
-    if (err != 0) {
-        ::unlink(tmp_path.c_str());
-        *error = std::string("cannot write (") + std::strerror(err) + ")";
-        return false;
-    }
+    file.write_at(offsetof(StaticHeader, checksum), &h.checksum, sizeof h.checksum);
+    if (!file.commit(error)) return false;
     *written = h;
     return true;
 }

@@ -1,12 +1,10 @@
 #include "upstream_format.h"
 
+#include "atomic_file.h"
 #include "mapped_file.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <fcntl.h>
-#include <unistd.h>
 #include <vector>
 
 namespace lookup {
@@ -33,9 +31,11 @@ constexpr size_t k_key_bytes = k_ngram_max * sizeof(int32_t);
     return *n > 0;
 }
 
-// Builds the file in memory, then writes it through a temporary file and a rename.
+// Streams records into an atomically replaced file.
 class UpstreamWriter {
 public:
+    explicit UpstreamWriter(const std::string& path) : m_file(path) {}
+
     void add(NgramKey key, const FollowerSpan& span) {
         const std::vector<Follower> followers = sorted_followers(span);
         for (int i = 0; i < k_ngram_max; ++i) put(key_token(key, i));
@@ -45,35 +45,11 @@ public:
             put(static_cast<int32_t>(std::min<uint32_t>(f.count, 0x7FFFFFFF)));
         }
     }
-
-    bool commit(const std::string& path, std::string* error) {
-        const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
-        const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        int err = fd < 0 ? errno : 0;
-        const unsigned char* p = reinterpret_cast<const unsigned char*>(m_words.data());
-        size_t left = m_words.size() * sizeof(int32_t);
-        while (err == 0 && left > 0) {
-            const ssize_t n = ::write(fd, p, left);
-            if (n < 0 && errno != EINTR) err = errno;
-            if (n > 0) {
-                p += n;
-                left -= static_cast<size_t>(n);
-            }
-        }
-        if (err == 0 && ::fsync(fd) != 0) err = errno;
-        if (fd >= 0 && ::close(fd) != 0 && err == 0) err = errno;
-        if (err == 0 && ::rename(tmp_path.c_str(), path.c_str()) != 0) err = errno;
-        if (err != 0) {
-            ::unlink(tmp_path.c_str());
-            *error = std::string("cannot write (") + std::strerror(err) + ")";
-            return false;
-        }
-        return true;
-    }
+    bool commit(std::string* error) { return m_file.commit(error); }
 
 private:
-    void put(int32_t v) { m_words.push_back(v); }
-    std::vector<int32_t> m_words;
+    void put(int32_t v) { m_file.write(&v, sizeof v); }
+    AtomicFile m_file;
 };
 
 }  // namespace
@@ -139,18 +115,18 @@ bool load_upstream(const std::string& path, uint32_t n_vocab, NgramCache* cache,
 }
 
 bool save_upstream(const std::string& path, const NgramCache& cache, std::string* error) {
-    UpstreamWriter writer;
+    UpstreamWriter writer(path);
     cache.for_each([&](NgramKey key, const FollowerSpan& followers) { writer.add(key, followers); });
-    return writer.commit(path, error);
+    return writer.commit(error);
 }
 
 bool save_upstream(const std::string& path, const StaticCache& cache, std::string* error) {
-    UpstreamWriter writer;
+    UpstreamWriter writer(path);
     cache.for_each([&](token_t t0, token_t t1, const FollowerSpan& followers) {
         const token_t pair[2] = {t0, t1};
         writer.add(make_key(pair, 2), followers);
     });
-    return writer.commit(path, error);
+    return writer.commit(error);
 }
 
 }  // namespace lookup

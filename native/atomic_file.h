@@ -1,0 +1,37 @@
+// A file written under a temporary name beside its destination and renamed over it only once
+// complete, so that neither a reader nor an interruption ever sees a partial file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lookup {
+
+class AtomicFile {
+public:
+    explicit AtomicFile(std::string path);
+    ~AtomicFile();  // removes the temporary file unless commit() succeeded
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+
+    // Buffered; the first error is kept and reported by commit().
+    void write(const void* data, size_t size);
+    // Overwrites bytes already written (e.g. a checksum in a header).
+    void write_at(uint64_t offset, const void* data, size_t size);
+    // Flushes, syncs and renames. On failure returns false with a one-line reason.
+    bool commit(std::string* error);
+
+private:
+    void flush();
+
+    std::string m_path;
+    std::string m_tmp_path;
+    int m_fd = -1;
+    int m_errno = 0;
+    bool m_committed = false;
+    std::vector<unsigned char> m_buffer;
+};
+
+}  // namespace lookup
