@@ -90,10 +90,16 @@ struct PyStaticCache {
     std::atomic<bool> verified{false};
     mutable std::shared_mutex mutex;
 
-    // Call with `mutex` held (shared or exclusive).
+    // Call these with `mutex` held (shared or exclusive).
     const lookup::StaticCache& open_cache() const {
         if (!cache) throw py::value_error(path + ": static cache is closed");
         return *cache;
+    }
+    // Drafting and export read followers that only verify() has checked.
+    const lookup::StaticCache& verified_cache() const {
+        const lookup::StaticCache& open = open_cache();
+        if (!verified.load()) throw py::value_error(path + ": static cache not verified yet (call verify() first)");
+        return open;
     }
 };
 
@@ -179,9 +185,6 @@ void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, c
     if (context != nullptr && dynamic != nullptr && context->n_vocab != dynamic->n_vocab) {
         throw py::value_error("the context and dynamic caches have different vocabulary sizes");
     }
-    if (stat != nullptr && !stat->verified.load()) {
-        throw py::value_error(stat->path + ": static cache not verified yet (call verify() first)");
-    }
     const size_t n = static_cast<size_t>(tokens.size());
     const size_t tail = std::min<size_t>(n, lookup::k_ngram_max);
     for (const PyNgramCache* c : {context, dynamic}) {
@@ -189,7 +192,7 @@ void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, c
     }
     if (stat != nullptr) {
         std::shared_lock l(stat->mutex);
-        check_tokens(tokens.data() + n - tail, tail, stat->open_cache().header().n_vocab);
+        check_tokens(tokens.data() + n - tail, tail, stat->verified_cache().header().n_vocab);
     }
 }
 
@@ -490,8 +493,7 @@ void bind_static_cache(py::module_& m) {
         .def("to_arrays",
              [](const PyStaticCache& c) {
                  std::shared_lock l(c.mutex);
-                 const lookup::StaticCache& cache = c.open_cache();
-                 if (!c.verified.load()) throw py::value_error(c.path + ": static cache not verified yet");
+                 const lookup::StaticCache& cache = c.verified_cache();
                  CacheArrays arrays;
                  cache.for_each([&](token_t t0, token_t t1, const lookup::FollowerSpan& s) {
                      const token_t pair[2] = {t0, t1};
@@ -506,8 +508,7 @@ void bind_static_cache(py::module_& m) {
                 bool ok;
                 {
                     std::shared_lock l(c.mutex);
-                    const lookup::StaticCache& cache = c.open_cache();
-                    if (!c.verified.load()) throw py::value_error(c.path + ": static cache not verified yet");
+                    const lookup::StaticCache& cache = c.verified_cache();
                     py::gil_scoped_release nogil;
                     ok = lookup::save_upstream(path, cache, &error);
                 }
@@ -574,6 +575,7 @@ PYBIND11_MODULE(_lookup, m) {
     m.attr("NGRAM_MAX") = lookup::k_ngram_max;
     m.attr("STATIC_NGRAM") = lookup::k_static_ngram;
     m.attr("STATIC_FORMAT_VERSION") = lookup::k_static_format_version;
+    m.attr("STATIC_MAGIC") = py::bytes(lookup::k_static_magic, sizeof lookup::k_static_magic);
     py::register_exception<CacheError>(m, "CacheError", PyExc_ValueError);
 
     bind_ngram_cache(m);

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from lookahead_lsp._lookup import NgramCache, StaticCacheBuilder, replay
-from lookahead_lsp.lookup_stats import tokenize_like_upstream
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.tokenizer import Tokenizer, tokenize_file_text
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 KEYS = {"n_draft", "n_predict", "n_drafted", "n_accept", "accept_pct", "us_per_drafted_token",
@@ -50,7 +49,7 @@ def test_json_fields_and_counts_match_the_replay(replay_text: Path, tokenizer: T
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)
     assert set(stats) == KEYS
-    tokens = tokenize_like_upstream(tokenizer, replay_text.read_bytes())
+    tokens = tokenize_file_text(tokenizer, replay_text.read_bytes(), add_special=True, parse_special=True)
     expected = replay(tokens, 2048, 8, NgramCache(tokenizer.n_vocab))
     assert (stats["n_predict"], stats["n_drafted"], stats["n_accept"]) == (
         expected["n_predict"], expected["n_drafted"], expected["n_accept"])

@@ -14,6 +14,7 @@ NGRAM_MIN: int  # 1
 NGRAM_MAX: int  # 4
 STATIC_NGRAM: int  # 2
 STATIC_FORMAT_VERSION: int
+STATIC_MAGIC: bytes  # the first 8 bytes of a static cache file
 
 class CacheError(ValueError):
     """A cache file that cannot be used; the message is one line naming the file and the reason."""

@@ -12,15 +12,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
-from lookahead_lsp._lookup import NgramCache, StaticCache, StaticCacheBuilder, replay
+from lookahead_lsp._lookup import STATIC_MAGIC, NgramCache, StaticCache, StaticCacheBuilder, replay
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.tokenizer import Tokenizer, split_at_lines
-
-STATIC_MAGIC = b"LKAHSTC\n"
-
+from lookahead_lsp.tokenizer import Tokenizer, tokenize_file_text
 
 @dataclass
 class LookupStats:
@@ -44,7 +39,9 @@ def lookup_stats(args: argparse.Namespace) -> int:
     except OSError as e:
         raise UserError(f"cannot read {text_path}: {e.strerror}") from e
     with Tokenizer(resolve_model_path(args.model)) as tokenizer:
-        tokens = tokenize_like_upstream(tokenizer, text)
+        # As upstream tokenizes its prompt (BOS, special texts parsed), but in ~16 KB pieces:
+        # one call on a large file is super-linearly slow; tokens differ only at the cuts.
+        tokens = tokenize_file_text(tokenizer, text, add_special=True, parse_special=True)
         static, load_ms, verify_ms = (
             open_static(Path(args.static_cache), tokenizer) if args.static_cache else (None, 0.0, 0.0)
         )
@@ -71,18 +68,6 @@ def lookup_stats(args: argparse.Namespace) -> int:
         )
     print(json.dumps(asdict(stats)) if args.json else format_stats(stats, counts["draft_ns"]))
     return 0
-
-
-def tokenize_like_upstream(tokenizer: Tokenizer, text: bytes) -> np.ndarray:
-    """The whole file as upstream tokenizes its prompt (BOS added, special texts parsed), but in
-    ~16 KB pieces cut at line ends: one call on a large file is super-linearly slow, and the
-    tokens can differ only at the few cut points."""
-    pieces = split_at_lines(text)
-    arrays = [
-        tokenizer.tokenize(piece, add_special=(i == 0), parse_special=True)
-        for i, piece in enumerate(pieces)
-    ]
-    return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int32)
 
 
 def open_static(path: Path, tokenizer: Tokenizer) -> tuple[StaticCache, float, float]:

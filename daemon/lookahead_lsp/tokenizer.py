@@ -207,10 +207,16 @@ def split_at_lines(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[bytes]:
     return pieces
 
 
-def tokenize_file_text(tokenizer: Tokenizer, data: bytes) -> TokenArray:
-    """The tokens of a whole file's text, tokenized in line-aligned pieces (see PIECE_BYTES);
-    no BOS/EOS, control-token texts stay plain text."""
-    pieces = [tokenizer.tokenize(piece) for piece in split_at_lines(data)]
+def tokenize_file_text(
+    tokenizer: Tokenizer, data: bytes, add_special: bool = False, parse_special: bool = False
+) -> TokenArray:
+    """The tokens of a whole file's text, tokenized in line-aligned pieces (see PIECE_BYTES).
+    By default no BOS/EOS and control-token texts stay plain text; add_special applies to the
+    first piece only (the start of the text), parse_special to every piece."""
+    pieces = [
+        tokenizer.tokenize(piece, add_special=add_special and i == 0, parse_special=parse_special)
+        for i, piece in enumerate(split_at_lines(data))
+    ]
     if not pieces:
         return np.empty(0, dtype=np.int32)
     return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
