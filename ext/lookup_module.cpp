@@ -230,6 +230,34 @@ py::array_t<token_t> draft(const py::object& token_ids, int64_t n_draft, PyNgram
     return py::array_t<token_t>(static_cast<py::ssize_t>(n), out.data());
 }
 
+// The same draft with each token's evidence as an (n, 4) int64 array: source (0 context,
+// 1 workspace, 2 repository), n-gram size, chosen count, key total.
+py::tuple draft_with_evidence(const py::object& token_ids, int64_t n_draft, PyNgramCache* context,
+                              PyNgramCache* dynamic, PyStaticCache* stat) {
+    if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
+    const TokenArray tokens = as_tokens(token_ids);
+    check_draft_inputs(tokens, context, dynamic, stat);
+    std::vector<token_t> out(static_cast<size_t>(n_draft));
+    std::vector<lookup::DraftEvidence> evidence(out.size());
+    size_t n = 0;
+    {
+        py::gil_scoped_release nogil;
+        LockedSources locked(context, dynamic, stat);
+        n = lookup::draft(tokens.data(), static_cast<size_t>(tokens.size()), locked.sources, out.size(), out.data(),
+                          evidence.data());
+    }
+    py::array_t<int64_t> table({static_cast<py::ssize_t>(n), py::ssize_t{4}});
+    auto rows = table.mutable_unchecked<2>();
+    for (size_t i = 0; i < n; ++i) {
+        const auto r = static_cast<py::ssize_t>(i);
+        rows(r, 0) = static_cast<int64_t>(evidence[i].source);
+        rows(r, 1) = evidence[i].ngram;
+        rows(r, 2) = evidence[i].count;
+        rows(r, 3) = evidence[i].sum;
+    }
+    return py::make_tuple(py::array_t<token_t>(static_cast<py::ssize_t>(n), out.data()), table);
+}
+
 py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_branches, PyNgramCache* context,
                      PyNgramCache* dynamic, PyStaticCache* stat) {
     if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
@@ -584,6 +612,8 @@ PYBIND11_MODULE(_lookup, m) {
 
     m.def("draft", &draft, py::arg("tokens"), py::arg("n_draft"), py::arg("context") = nullptr,
           py::arg("dynamic") = nullptr, py::arg("static") = nullptr);
+    m.def("draft_with_evidence", &draft_with_evidence, py::arg("tokens"), py::arg("n_draft"),
+          py::arg("context") = nullptr, py::arg("dynamic") = nullptr, py::arg("static") = nullptr);
     m.def("draft_tree", &draft_tree, py::arg("tokens"), py::arg("n_draft"), py::arg("max_branches") = 3,
           py::arg("context") = nullptr, py::arg("dynamic") = nullptr, py::arg("static") = nullptr);
     m.def("replay", &replay, py::arg("tokens"), py::arg("n_ctx"), py::arg("n_draft"), py::arg("dynamic") = nullptr,

@@ -63,12 +63,12 @@ private:
 // rejects a key that cannot qualify before any static look-up: if even its largest raw count
 // fails the percent test, the best-scored follower fails it too.
 template <class StaticPart>
-[[nodiscard]] token_t best_follower(const FollowerSpan& followers, StaticPart&& static_part,
-                                    uint32_t min_sample, uint32_t min_percent) {
-    if (followers.empty() || followers.sum < min_sample) return -1;
-    if (!passes_percent(followers.max_count, followers.sum, min_percent)) return -1;
+[[nodiscard]] const Follower* best_follower(const FollowerSpan& followers, StaticPart&& static_part,
+                                            uint32_t min_sample, uint32_t min_percent) {
+    if (followers.empty() || followers.sum < min_sample) return nullptr;
+    if (!passes_percent(followers.max_count, followers.sum, min_percent)) return nullptr;
     // A single follower is its key's best whatever its weight (and passed the precheck).
-    if (followers.size == 1) return followers.data[0].token;
+    if (followers.size == 1) return followers.data;
     StaticWeights weights(static_part());
     const Follower* best = nullptr;
     uint64_t best_score = 0;
@@ -80,7 +80,7 @@ template <class StaticPart>
             best_score = score;
         }
     }
-    return passes_percent(best->count, followers.sum, min_percent) ? best->token : -1;
+    return passes_percent(best->count, followers.sum, min_percent) ? best : nullptr;
 }
 
 // The static entry of the sequence's last two tokens, looked up only when needed: a step that
@@ -121,16 +121,17 @@ struct TailKeys {
     int n;
 };
 
-[[nodiscard]] token_t try_cache(const TailKeys& tail, const NgramCache* cache, const DraftThresholds& th,
-                                StaticLookup& stat) {
-    if (cache == nullptr) return -1;
+[[nodiscard]] DraftEvidence try_cache(const TailKeys& tail, const NgramCache* cache, DraftSource source,
+                                      const DraftThresholds& th, StaticLookup& stat) {
+    if (cache == nullptr) return {};
     for (int i = 0; i < tail.n; ++i) {
         const int n = tail.n - i;
-        const token_t t = best_follower(cache->find(tail.keys[i]), [&]() { return stat.get().followers; },
-                                        th.min_sample[n - 1], th.min_percent[n - 1]);
-        if (t >= 0) return t;
+        const FollowerSpan followers = cache->find(tail.keys[i]);
+        const Follower* f = best_follower(followers, [&]() { return stat.get().followers; },
+                                          th.min_sample[n - 1], th.min_percent[n - 1]);
+        if (f != nullptr) return {f->token, source, static_cast<uint8_t>(n), f->count, followers.sum};
     }
-    return -1;
+    return {};
 }
 
 // The static cache stores no per-key totals; the token tree computes them when it needs them.
@@ -142,24 +143,38 @@ struct TailKeys {
     return followers;
 }
 
-[[nodiscard]] token_t next_token(const Sequence& seq, const DraftSources& sources) {
+// The static cache's own decision, with its counts (its entries store no totals: summed here,
+// only on the rare steps the static cache decides alone).
+[[nodiscard]] DraftEvidence static_decision(const StaticCache::Entry& entry) {
+    if (entry.fallback < 0) return {};
+    DraftEvidence e{entry.fallback, DraftSource::repository, k_static_ngram, 0, 0};
+    for (const Follower& f : entry.followers) {
+        e.sum += f.count;
+        if (f.token == entry.fallback) e.count = f.count;
+    }
+    return e;
+}
+
+[[nodiscard]] DraftEvidence next_token(const Sequence& seq, const DraftSources& sources) {
     const TailKeys tail(seq);
     tail.prefetch(sources.context);
     tail.prefetch(sources.dynamic);
     StaticLookup stat(seq, sources.static_cache);
-    token_t t = try_cache(tail, sources.context, k_context_thresholds, stat);
-    if (t < 0) t = try_cache(tail, sources.dynamic, k_dynamic_thresholds, stat);
-    return t >= 0 ? t : stat.get().fallback;
+    DraftEvidence e = try_cache(tail, sources.context, DraftSource::context, k_context_thresholds, stat);
+    if (e.token < 0) e = try_cache(tail, sources.dynamic, DraftSource::workspace, k_dynamic_thresholds, stat);
+    return e.token >= 0 ? e : static_decision(stat.get());
 }
 
-// Continues the draft already in out[0..n_out) up to n_draft tokens.
+// Continues the draft already in out[0..n_out) up to n_draft tokens; evidence, if not null,
+// receives each new token's decision at the same index.
 size_t extend(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
-              token_t* out, size_t n_out) {
+              token_t* out, size_t n_out, DraftEvidence* evidence = nullptr) {
     if (n_known + n_out < k_static_ngram) return n_out;
     while (n_out < n_draft) {
-        const token_t t = next_token(Sequence{known, n_known, out, n_out}, sources);
-        if (t < 0) break;
-        out[n_out++] = t;
+        const DraftEvidence e = next_token(Sequence{known, n_known, out, n_out}, sources);
+        if (e.token < 0) break;
+        if (evidence != nullptr) evidence[n_out] = e;
+        out[n_out++] = e.token;
     }
     return n_out;
 }
@@ -176,8 +191,9 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t
     // `weights` is the static part for the context and dynamic caches, empty for the static one.
     auto offer_key = [&](const FollowerSpan& followers, const FollowerSpan& weights, uint32_t min_sample,
                          uint32_t min_percent) {
-        const token_t best = best_follower(followers, [&]() { return weights; }, min_sample, min_percent);
-        if (best < 0) return;
+        const Follower* chosen = best_follower(followers, [&]() { return weights; }, min_sample, min_percent);
+        if (chosen == nullptr) return;
+        const token_t best = chosen->token;
         offer(best);
         // Above 50 % at most one other follower can pass; scan for the rare ties.
         token_t runner_up = -1;
@@ -211,8 +227,8 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t
 }  // namespace
 
 size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
-             token_t* out) {
-    return extend(known, n_known, sources, n_draft, out, 0);
+             token_t* out, DraftEvidence* evidence) {
+    return extend(known, n_known, sources, n_draft, out, 0, evidence);
 }
 
 size_t draft_tree(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,

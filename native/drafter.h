@@ -30,6 +30,19 @@ inline constexpr DraftThresholds k_dynamic_thresholds{{4, 3, 2, 2}, {75, 66, 66,
 // this times its static count.
 inline constexpr uint64_t k_static_weight = 100;
 
+// Which cache decided a drafted token.
+enum class DraftSource : uint8_t { context = 0, workspace = 1, repository = 2 };
+
+// Why a token was drafted: the deciding cache, the n-gram size of its key, the chosen
+// follower's raw count and the key's total count. Callers calibrate acceptance on these.
+struct DraftEvidence {
+    token_t token = -1;
+    DraftSource source = DraftSource::context;
+    uint8_t ngram = 0;
+    uint32_t count = 0;
+    uint32_t sum = 0;
+};
+
 // Drafts up to n_draft tokens following known[0..n_known) into out. Decisions:
 //  1. context cache, n = 4..1, lax thresholds; 2. dynamic cache, n = 4..1, strict thresholds;
 //     followers scored count x (100 x static count, or 1 if absent from the static followers of
@@ -37,9 +50,10 @@ inline constexpr uint64_t k_static_weight = 100;
 //  3. static cache alone on the last two tokens: its most frequent follower, if the total is
 //     >= 2 and it holds >= 50 % (decided when the file was built, see static_cache_format.h).
 // Score ties go to the lowest token id. Sizes longer than the sequence are skipped; fewer than
-// two known tokens draft nothing (as upstream). Returns the number of tokens drafted.
+// two known tokens draft nothing (as upstream). Returns the number of tokens drafted; evidence,
+// if not null, receives one entry per drafted token.
 size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
-             token_t* out);
+             token_t* out, DraftEvidence* evidence = nullptr);
 
 // A token tree of up to max_branches branches. Branch 0 is exactly draft(). Then, depth by depth
 // along branch 0, every other token that qualifies at that depth (see next_candidates in

@@ -170,18 +170,23 @@ def _best(scored: list[tuple[int, int, int]]) -> tuple[int, int, int]:
     return best
 
 
+# Evidence sources, as draft_with_evidence numbers them.
+SOURCE_CONTEXT, SOURCE_WORKSPACE, SOURCE_REPOSITORY = 0, 1, 2
+
+
 def _candidate_keys(
     seq: Sequence[int],
     context: Optional[RefCache],
     dynamic: Optional[RefCache],
     static: Optional[RefCache],
-) -> list[tuple[list[tuple[int, int, int]], int, int]]:
-    """Every key to try, in priority order, as (scored followers, min_sample, min_percent)."""
+) -> list[tuple[list[tuple[int, int, int]], int, int, int, int]]:
+    """Every key to try, in priority order, as (scored followers, min_sample, min_percent,
+    source, n)."""
     weights = _static_part(seq, static)
     keys = []
-    for cache, min_sample, min_percent in (
-        (context, LAX_MIN_SAMPLE, LAX_MIN_PERCENT),
-        (dynamic, STRICT_MIN_SAMPLE, STRICT_MIN_PERCENT),
+    for cache, min_sample, min_percent, source in (
+        (context, LAX_MIN_SAMPLE, LAX_MIN_PERCENT, SOURCE_CONTEXT),
+        (dynamic, STRICT_MIN_SAMPLE, STRICT_MIN_PERCENT, SOURCE_WORKSPACE),
     ):
         if cache is None:
             continue
@@ -191,13 +196,13 @@ def _candidate_keys(
             followers = cache.followers(seq[-n:])
             if not followers:
                 continue
-            keys.append((_scored(followers, weights), min_sample[n], min_percent[n]))
+            keys.append((_scored(followers, weights), min_sample[n], min_percent[n], source, n))
     if static is not None and len(seq) >= STATIC_NGRAM:
         followers = static.followers(seq[-STATIC_NGRAM:])
         if followers:
             # The static cache alone: score = raw count.
             scored = [(tok, followers[tok], followers[tok]) for tok in sorted(followers)]
-            keys.append((scored, STATIC_MIN_SAMPLE, STATIC_MIN_PERCENT))
+            keys.append((scored, STATIC_MIN_SAMPLE, STATIC_MIN_PERCENT, SOURCE_REPOSITORY, STATIC_NGRAM))
     return keys
 
 
@@ -212,11 +217,35 @@ def _next_token(
     context: Optional[RefCache],
     dynamic: Optional[RefCache],
     static: Optional[RefCache],
-) -> Optional[int]:
-    for scored, min_sample, min_percent in _candidate_keys(seq, context, dynamic, static):
+) -> Optional[tuple[int, int, int, int, int]]:
+    """(token, source, n, count, sum) of the first qualifying key, or None."""
+    for scored, min_sample, min_percent, source, n in _candidate_keys(seq, context, dynamic, static):
         if _qualifies(scored, min_sample, min_percent):
-            return _best(scored)[0]
+            token, count, _ = _best(scored)
+            return token, source, n, count, sum(c for _, c, _ in scored)
     return None
+
+
+def ref_draft_evidence(
+    tokens: Sequence[int],
+    n_draft: int,
+    context: Optional[RefCache] = None,
+    dynamic: Optional[RefCache] = None,
+    static: Optional[RefCache] = None,
+) -> list[tuple[int, int, int, int, int]]:
+    """ref_draft with each token's (token, source, n, count, sum)."""
+    tokens = [int(t) for t in tokens]
+    if len(tokens) < 2:
+        return []
+    seq = list(tokens)
+    out: list[tuple[int, int, int, int, int]] = []
+    while len(out) < n_draft:
+        decision = _next_token(seq, context, dynamic, static)
+        if decision is None:
+            break
+        out.append(decision)
+        seq.append(decision[0])
+    return out
 
 
 def ref_draft(
@@ -226,18 +255,7 @@ def ref_draft(
     dynamic: Optional[RefCache] = None,
     static: Optional[RefCache] = None,
 ) -> list[int]:
-    tokens = [int(t) for t in tokens]
-    if len(tokens) < 2:
-        return []
-    seq = list(tokens)
-    out: list[int] = []
-    while len(out) < n_draft:
-        tok = _next_token(seq, context, dynamic, static)
-        if tok is None:
-            break
-        out.append(tok)
-        seq.append(tok)
-    return out
+    return [d[0] for d in ref_draft_evidence(tokens, n_draft, context, dynamic, static)]
 
 
 def ref_root_candidates(
@@ -251,7 +269,7 @@ def ref_root_candidates(
     if len(tokens) < 2:
         return []
     out: list[int] = []
-    for scored, min_sample, min_percent in _candidate_keys(tokens, context, dynamic, static):
+    for scored, min_sample, min_percent, _, _ in _candidate_keys(tokens, context, dynamic, static):
         if not _qualifies(scored, min_sample, min_percent):
             continue
         total = sum(count for _, count, _ in scored)

@@ -23,6 +23,7 @@ from reference_lookup import (
     Vocab,
     ref_cache_from_docs,
     ref_draft,
+    ref_draft_evidence,
     ref_draft_tree,
     ref_from_native,
     ref_static_from_docs,
@@ -120,6 +121,11 @@ def check_draft_and_tree(
     assert isinstance(got, np.ndarray) and got.dtype == np.int32 and got.ndim == 1
     expected = ref_draft(prompt, n_draft, **caches.ref)
     assert got.tolist() == expected, (prompt, n_draft)
+    tokens, evidence = _lookup.draft_with_evidence(arr, n_draft, **caches.native)
+    assert evidence.shape == (len(expected), 4) and evidence.dtype == np.int64
+    assert [(t, *e) for t, e in zip(tokens.tolist(), evidence.tolist())] == ref_draft_evidence(
+        prompt, n_draft, **caches.ref
+    )
 
     t_tokens, t_parents = _lookup.draft_tree(arr, n_draft, max_branches, **caches.native)
     assert t_tokens.dtype == np.int32 and t_parents.dtype == np.int32

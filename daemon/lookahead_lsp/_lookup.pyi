@@ -112,6 +112,17 @@ def draft(
     followers, then static alone). Ties go to the lowest token id. Only the last 4 tokens are
     read; fewer than 2 tokens draft nothing."""
 
+def draft_with_evidence(
+    tokens: TokenArray,
+    n_draft: int,
+    context: Optional[NgramCache] = None,
+    dynamic: Optional[NgramCache] = None,
+    static: Optional[StaticCache] = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """draft() and, per drafted token, why: an (n, 4) int64 array of the deciding source
+    (0 context, 1 workspace/dynamic, 2 repository/static), the n-gram size of its key, the chosen
+    follower's count and the key's total count."""
+
 def draft_tree(
     tokens: TokenArray,
     n_draft: int,
