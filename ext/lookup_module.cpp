@@ -230,8 +230,21 @@ py::array_t<token_t> draft(const py::object& token_ids, int64_t n_draft, PyNgram
     return py::array_t<token_t>(static_cast<py::ssize_t>(n), out.data());
 }
 
-// The same draft with each token's evidence as an (n, 4) int64 array: source (0 context,
-// 1 workspace, 2 repository), n-gram size, chosen count, key total.
+// Drafted tokens' evidence as an (n, 4) int64 array: source (0 context, 1 workspace,
+// 2 repository), n-gram size, chosen count, key total.
+py::array_t<int64_t> evidence_table(const std::vector<lookup::DraftEvidence>& evidence, size_t n) {
+    py::array_t<int64_t> table({static_cast<py::ssize_t>(n), py::ssize_t{4}});
+    auto rows = table.mutable_unchecked<2>();
+    for (size_t i = 0; i < n; ++i) {
+        const auto r = static_cast<py::ssize_t>(i);
+        rows(r, 0) = static_cast<int64_t>(evidence[i].source);
+        rows(r, 1) = evidence[i].ngram;
+        rows(r, 2) = evidence[i].count;
+        rows(r, 3) = evidence[i].sum;
+    }
+    return table;
+}
+
 py::tuple draft_with_evidence(const py::object& token_ids, int64_t n_draft, PyNgramCache* context,
                               PyNgramCache* dynamic, PyStaticCache* stat) {
     if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
@@ -246,16 +259,7 @@ py::tuple draft_with_evidence(const py::object& token_ids, int64_t n_draft, PyNg
         n = lookup::draft(tokens.data(), static_cast<size_t>(tokens.size()), locked.sources, out.size(), out.data(),
                           evidence.data());
     }
-    py::array_t<int64_t> table({static_cast<py::ssize_t>(n), py::ssize_t{4}});
-    auto rows = table.mutable_unchecked<2>();
-    for (size_t i = 0; i < n; ++i) {
-        const auto r = static_cast<py::ssize_t>(i);
-        rows(r, 0) = static_cast<int64_t>(evidence[i].source);
-        rows(r, 1) = evidence[i].ngram;
-        rows(r, 2) = evidence[i].count;
-        rows(r, 3) = evidence[i].sum;
-    }
-    return py::make_tuple(py::array_t<token_t>(static_cast<py::ssize_t>(n), out.data()), table);
+    return py::make_tuple(py::array_t<token_t>(static_cast<py::ssize_t>(n), out.data()), evidence_table(evidence, n));
 }
 
 py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_branches, PyNgramCache* context,
@@ -265,6 +269,7 @@ py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_b
     const size_t capacity = static_cast<size_t>(n_draft) * static_cast<size_t>(max_branches);
     std::vector<token_t> out_tokens(capacity);
     std::vector<int32_t> out_parents(capacity);
+    std::vector<lookup::DraftEvidence> evidence(capacity);
     const TokenArray tokens = as_tokens(token_ids);
     check_draft_inputs(tokens, context, dynamic, stat);
     size_t n = 0;
@@ -273,10 +278,11 @@ py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_b
         LockedSources locked(context, dynamic, stat);
         n = lookup::draft_tree(tokens.data(), static_cast<size_t>(tokens.size()), locked.sources,
                                static_cast<size_t>(n_draft), static_cast<size_t>(max_branches), out_tokens.data(),
-                               out_parents.data());
+                               out_parents.data(), evidence.data());
     }
     return py::make_tuple(py::array_t<token_t>(static_cast<py::ssize_t>(n), out_tokens.data()),
-                          py::array_t<int32_t>(static_cast<py::ssize_t>(n), out_parents.data()));
+                          py::array_t<int32_t>(static_cast<py::ssize_t>(n), out_parents.data()),
+                          evidence_table(evidence, n));
 }
 
 py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyNgramCache* dynamic, PyStaticCache* stat,

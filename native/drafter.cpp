@@ -182,45 +182,48 @@ size_t extend(const token_t* known, size_t n_known, const DraftSources& sources,
 // Candidates for the next token, best first: every key that qualifies (in draft()'s order of
 // sources and sizes) offers its best-scored follower, then its other followers that pass the
 // percent test on their own, by descending score.
-size_t next_candidates(const Sequence& seq, const DraftSources& sources, token_t* out, size_t max_out) {
+size_t next_candidates(const Sequence& seq, const DraftSources& sources, DraftEvidence* out, size_t max_out) {
     size_t n_out = 0;
-    auto offer = [&](token_t t) {
-        if (n_out < max_out && std::find(out, out + n_out, t) == out + n_out) out[n_out++] = t;
+    auto offer = [&](const DraftEvidence& e) {
+        const bool seen = std::any_of(out, out + n_out, [&](const DraftEvidence& o) { return o.token == e.token; });
+        if (n_out < max_out && !seen) out[n_out++] = e;
     };
     const FollowerSpan static_part = StaticLookup(seq, sources.static_cache).get().followers;
     // `weights` is the static part for the context and dynamic caches, empty for the static one.
     auto offer_key = [&](const FollowerSpan& followers, const FollowerSpan& weights, uint32_t min_sample,
-                         uint32_t min_percent) {
+                         uint32_t min_percent, DraftSource source, int n) {
         const Follower* chosen = best_follower(followers, [&]() { return weights; }, min_sample, min_percent);
         if (chosen == nullptr) return;
-        const token_t best = chosen->token;
-        offer(best);
+        const auto ngram = static_cast<uint8_t>(n);
+        offer({chosen->token, source, ngram, chosen->count, followers.sum});
         // Above 50 % at most one other follower can pass; scan for the rare ties.
-        token_t runner_up = -1;
+        const Follower* runner_up = nullptr;
         uint64_t runner_score = 0;
         StaticWeights scorer(weights);
         for (const Follower& f : followers) {
-            if (f.token == best || !passes_percent(f.count, followers.sum, min_percent)) continue;
+            if (f.token == chosen->token || !passes_percent(f.count, followers.sum, min_percent)) continue;
             const uint64_t score = scorer.score(f);
-            if (runner_up < 0 || better(score, f.token, runner_score, runner_up)) {
-                runner_up = f.token;
+            if (runner_up == nullptr || better(score, f.token, runner_score, runner_up->token)) {
+                runner_up = &f;
                 runner_score = score;
             }
         }
-        if (runner_up >= 0) offer(runner_up);
+        if (runner_up != nullptr) offer({runner_up->token, source, ngram, runner_up->count, followers.sum});
     };
     const TailKeys tail(seq);
     const NgramCache* caches[2] = {sources.context, sources.dynamic};
     const DraftThresholds* thresholds[2] = {&k_context_thresholds, &k_dynamic_thresholds};
+    const DraftSource names[2] = {DraftSource::context, DraftSource::workspace};
     for (int c = 0; c < 2; ++c) {
         if (caches[c] == nullptr) continue;
         for (int i = 0; i < tail.n; ++i) {
             const int n = tail.n - i;
             offer_key(caches[c]->find(tail.keys[i]), static_part, thresholds[c]->min_sample[n - 1],
-                      thresholds[c]->min_percent[n - 1]);
+                      thresholds[c]->min_percent[n - 1], names[c], n);
         }
     }
-    offer_key(with_totals(static_part), FollowerSpan{}, k_static_min_sample, k_static_min_percent);
+    offer_key(with_totals(static_part), FollowerSpan{}, k_static_min_sample, k_static_min_percent,
+              DraftSource::repository, k_static_ngram);
     return n_out;
 }
 
@@ -232,27 +235,33 @@ size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, 
 }
 
 size_t draft_tree(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
-                  size_t max_branches, token_t* out_tokens, int32_t* out_parents) {
+                  size_t max_branches, token_t* out_tokens, int32_t* out_parents, DraftEvidence* evidence) {
     if (n_draft == 0 || max_branches == 0) return 0;
-    const size_t main_length = extend(known, n_known, sources, n_draft, out_tokens, 0);
+    const size_t main_length = extend(known, n_known, sources, n_draft, out_tokens, 0, evidence);
     for (size_t i = 0; i < main_length; ++i) out_parents[i] = static_cast<int32_t>(i) - 1;
     size_t n_nodes = main_length;
     size_t n_branches = main_length > 0 ? 1 : 0;
     constexpr size_t k_max_candidates = 16;
-    token_t candidates[k_max_candidates];
+    DraftEvidence candidates[k_max_candidates];
     for (size_t depth = 0; depth < main_length && n_branches < max_branches; ++depth) {
         const size_t n_candidates =
             next_candidates(Sequence{known, n_known, out_tokens, depth}, sources, candidates, k_max_candidates);
         for (size_t c = 0; c < n_candidates && n_branches < max_branches; ++c) {
-            if (candidates[c] == out_tokens[depth]) continue;
+            if (candidates[c].token == out_tokens[depth]) continue;
             // Draft the branch as main[:depth] + candidate + continuation in the free space after
             // the nodes so far (room for n_draft tokens is left while branches remain), then keep
             // only the part from the candidate on.
             token_t* scratch = out_tokens + n_nodes;
+            DraftEvidence* scratch_evidence = evidence != nullptr ? evidence + n_nodes : nullptr;
             std::copy(out_tokens, out_tokens + depth, scratch);
-            scratch[depth] = candidates[c];
-            const size_t length = extend(known, n_known, sources, n_draft, scratch, depth + 1) - depth;
+            scratch[depth] = candidates[c].token;
+            if (scratch_evidence != nullptr) scratch_evidence[depth] = candidates[c];
+            const size_t length =
+                extend(known, n_known, sources, n_draft, scratch, depth + 1, scratch_evidence) - depth;
             std::memmove(scratch, scratch + depth, length * sizeof(token_t));
+            if (scratch_evidence != nullptr) {
+                std::copy(scratch_evidence + depth, scratch_evidence + depth + length, scratch_evidence);
+            }
             for (size_t i = 0; i < length; ++i) {
                 out_parents[n_nodes + i] = i == 0 ? static_cast<int32_t>(depth) - 1 : static_cast<int32_t>(n_nodes + i - 1);
             }

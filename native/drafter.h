@@ -60,8 +60,10 @@ size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, 
 // drafter.cpp) starts a branch that continues greedily: alternatives near the root come first,
 // as they leave the longest continuations. Node i has parent parents[i] (-1: a child of the last
 // known token); parents precede children, and a branch's nodes are contiguous. Writes at most
-// max_branches * n_draft nodes and returns the number written.
+// max_branches * n_draft nodes and returns the number written; evidence, if not null, receives
+// each node's decision (a branch's first node: the key that offered it as an alternative).
 size_t draft_tree(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
-                  size_t max_branches, token_t* out_tokens, int32_t* out_parents);
+                  size_t max_branches, token_t* out_tokens, int32_t* out_parents,
+                  DraftEvidence* evidence = nullptr);
 
 }  // namespace lookup

@@ -127,7 +127,12 @@ def check_draft_and_tree(
         prompt, n_draft, **caches.ref
     )
 
-    t_tokens, t_parents = _lookup.draft_tree(arr, n_draft, max_branches, **caches.native)
+    t_tokens, t_parents, t_evidence = _lookup.draft_tree(arr, n_draft, max_branches, **caches.native)
+    if len(t_tokens) and max_branches:
+        # Branch 0 is draft(), evidence included; every node's counts are a key's counts.
+        assert t_evidence[: len(expected)].tolist() == evidence.tolist()
+        assert ((t_evidence[:, 0] >= 0) & (t_evidence[:, 0] <= 2)).all()
+        assert ((t_evidence[:, 2] >= 1) & (t_evidence[:, 2] <= t_evidence[:, 3])).all()
     assert t_tokens.dtype == np.int32 and t_parents.dtype == np.int32
     exp_tokens, exp_parents = ref_draft_tree(prompt, n_draft, max_branches, **caches.ref)
     assert (t_tokens.tolist(), t_parents.tolist()) == (exp_tokens, exp_parents), (
@@ -212,7 +217,7 @@ def test_native_hand_worked(tmp_path) -> None:  # type: ignore[no-untyped-def]
     c = build(case, str(tmp_path))
     assert _lookup.draft([9, 7, 5], 10, context=c.native["context"]).tolist() == [1, 7, 5, 2]
     assert _lookup.draft([9, 7, 5], 1, **c.native).tolist() == [2]
-    toks, parents = _lookup.draft_tree([9, 7, 5], 4, 3, context=c.native["context"])
+    toks, parents, _ = _lookup.draft_tree([9, 7, 5], 4, 3, context=c.native["context"])
     assert (toks.tolist(), parents.tolist()) == ([1, 7, 5, 2, 2, 1], [-1, 0, 1, 2, -1, 2])
     for prompt in ([9, 7, 5], [7, 5], [0, 5], [5, 2], [1]):
         for n in range(0, 6):
@@ -268,7 +273,7 @@ def test_static_weight_does_not_overflow(tmp_path) -> None:  # type: ignore[no-u
                 got = _lookup.draft(prompt, 5, ctx, dyn, static).tolist()
                 exp = ref_draft(prompt, 5, ref_ctx, ref_ctx if dyn is not None else None, ref_static)
                 assert got == exp, (ctx_docs, prompt)
-                t, p = _lookup.draft_tree(prompt, 5, 4, ctx, dyn, static)
+                t, p, _ = _lookup.draft_tree(prompt, 5, 4, ctx, dyn, static)
                 et, ep = ref_draft_tree(prompt, 5, 4, ref_ctx, ref_ctx if dyn is not None else None, ref_static)
                 assert (t.tolist(), p.tolist()) == (et, ep), (ctx_docs, prompt)
         # Static alone with sums above 2**31.
@@ -342,7 +347,7 @@ def test_threshold_and_weight_grid(tmp_path, which: str, n: int) -> None:  # typ
                 if s_total >= 2 and 100 * weights[s_best] >= 50 * s_total:
                     expected = [s_best]
             assert got == expected, (which, n, fol, weights)
-            t, p = _lookup.draft_tree(GRID_PROMPT, 1, 5, **kw)
+            t, p, _ = _lookup.draft_tree(GRID_PROMPT, 1, 5, **kw)
             assert (t.tolist(), p.tolist()) == ref_draft_tree(GRID_PROMPT, 1, 5, **rkw), (which, n, fol, weights)
 
 
@@ -357,7 +362,7 @@ def test_static_alone_grid(tmp_path) -> None:  # type: ignore[no-untyped-def]
         best = min(fol, key=lambda t: (-fol[t], t))
         assert got == ([best] if total >= 2 and 100 * fol[best] >= 50 * total else []), fol
         assert got == ref_draft(GRID_PROMPT, 1, static=ref_static)
-        t, p = _lookup.draft_tree(GRID_PROMPT, 1, 5, static=static)
+        t, p, _ = _lookup.draft_tree(GRID_PROMPT, 1, 5, static=static)
         assert (t.tolist(), p.tolist()) == ref_draft_tree(GRID_PROMPT, 1, 5, static=ref_static), fol
 
 
@@ -479,14 +484,14 @@ def test_zero_draft_and_short_inputs(small: Caches) -> None:
     assert _lookup.draft([5, 1, 5], 3, **small.native).size > 0
     for short in ([], [5], np.zeros(0, dtype=np.int32), np.array([5], dtype=np.int32)):
         assert _lookup.draft(short, 5, **small.native).shape == (0,)
-        t, p = _lookup.draft_tree(short, 5, 3, **small.native)
+        t, p, _ = _lookup.draft_tree(short, 5, 3, **small.native)
         assert t.shape == (0,) and p.shape == (0,)
     for n_draft, max_branches in ((0, 3), (4, 0), (0, 0)):
-        t, p = _lookup.draft_tree([5, 1, 5], n_draft, max_branches, **small.native)
+        t, p, _ = _lookup.draft_tree([5, 1, 5], n_draft, max_branches, **small.native)
         assert t.shape == (0,) and p.shape == (0,)
     # No caches at all: nothing to draft from.
     assert _lookup.draft([5, 1, 5], 4).shape == (0,)
-    t, p = _lookup.draft_tree([5, 1, 5], 4, 3)
+    t, p, _ = _lookup.draft_tree([5, 1, 5], 4, 3)
     assert t.shape == (0,) and p.shape == (0,)
 
 

@@ -229,7 +229,7 @@ def test_drafting_with_large_static_equals_reference(large) -> None:  # type: ig
         prompt = target[:pos]
         assert _lookup.draft(prompt, 8, static=s).tolist() == ref_draft(prompt, 8, static=ref)
         assert _lookup.draft(prompt, 8, ctx, ctx, s).tolist() == ref_draft(prompt, 8, ref_ctx, ref_ctx, ref)
-        t, p = _lookup.draft_tree(prompt, 6, 3, ctx, None, s)
+        t, p, _ = _lookup.draft_tree(prompt, 6, 3, ctx, None, s)
         assert (t.tolist(), p.tolist()) == ref_draft_tree(prompt, 6, 3, ref_ctx, None, ref)
     s.close()
 
@@ -252,7 +252,7 @@ def test_drafting_with_static_equals_reference(tmp_path_factory, vd, data) -> No
             for n_draft in (1, 5):
                 assert _lookup.draft(prompt, n_draft, static=s).tolist() == ref_draft(prompt, n_draft, static=ref)
                 assert _lookup.draft(prompt, n_draft, ctx, None, s).tolist() == ref_draft(prompt, n_draft, ref_ctx, None, ref)
-                t, p = _lookup.draft_tree(prompt, n_draft, 3, ctx, ctx, s)
+                t, p, _ = _lookup.draft_tree(prompt, n_draft, 3, ctx, ctx, s)
                 assert (t.tolist(), p.tolist()) == ref_draft_tree(prompt, n_draft, 3, ref_ctx, ref_ctx, ref)
     s.close()
 

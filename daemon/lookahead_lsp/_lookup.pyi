@@ -130,8 +130,9 @@ def draft_tree(
     context: Optional[NgramCache] = None,
     dynamic: Optional[NgramCache] = None,
     static: Optional[StaticCache] = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """A small token tree of continuations: (tokens, parents), parents[i] the index of node i's
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A small token tree of continuations: (tokens, parents, evidence), evidence as in
+    draft_with_evidence (a branch's first node: the key that offered it); parents[i] the index of node i's
     parent or -1 for a child of the last known token; parents come before children and each
     branch's nodes are contiguous. Branch 0 is exactly draft(); then, depth by depth along it,
     each other token that qualifies at that depth starts a branch continued greedily, up to

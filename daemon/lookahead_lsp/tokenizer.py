@@ -3,10 +3,8 @@ vocabulary only, no weights), and bulk tokenization of files on several cores.""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
-import logging
 import multiprocessing
 import os
 import signal
@@ -23,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lookahead_lsp.errors import UserError
+from lookahead_lsp.llama_log import interrupts_held_back, route_llama_log
 
 TokenArray = npt.NDArray[np.int32]
 
@@ -34,69 +33,37 @@ PIECE_BYTES = 16384
 _PARENT_POLL_SECONDS = 1.0
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
-_LOG = logging.getLogger("lookahead_lsp.llama")
-
-
-def _forward_llama_log(level: int, text: bytes | None, user_data: ctypes.c_void_p) -> None:
-    if text and _LOG.isEnabledFor(logging.DEBUG):
-        _LOG.debug("%s", text.decode("utf-8", "replace").rstrip("\n"))
-
-
-# llama.cpp writes its log to stderr unless given a callback, and keeps the bare C function
-# pointer: the ctypes object behind it must stay alive for as long as llama.cpp may log, i.e.
-# the whole process (if it were garbage-collected, the next log line would crash the process).
-# Hence this one module-level object, created at import and never replaced.
-_LLAMA_LOG_CALLBACK = llama_cpp.llama_log_callback(_forward_llama_log)
-
-
-def _route_llama_log() -> None:
-    # Set before every load rather than once at import: importing llama_cpp installs
-    # llama-cpp-python's own stderr printer, and anything may import it after us.
-    llama_cpp.llama_log_set(_LLAMA_LOG_CALLBACK, ctypes.c_void_p(0))
-
-
-@contextlib.contextmanager
-def _interrupts_held_back() -> Iterator[None]:
-    """Delays Ctrl-C until the end of a llama.cpp call that logs (and so runs the Python log
-    callback): a KeyboardInterrupt raised inside a ctypes callback is printed and dropped, and
-    the command would go on as if never interrupted."""
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or previous is None:
-        # Python runs signal handlers on the main thread only, never in this thread's
-        # callbacks; and a handler installed outside Python (None) could not be restored.
-        yield
-        return
-    received: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if received:
-            signal.raise_signal(signal.SIGINT)  # now handled as it would have been
-
-
 class Tokenizer:
     """The vocabulary of one GGUF model. Not thread-safe; one per process or thread."""
 
-    def __init__(self, model_path: Path | str) -> None:
+    def __init__(
+        self, model_path: Path | str, loaded_model: llama_cpp.llama_model_p | None = None
+    ) -> None:
+        """Loads model_path's vocabulary, or borrows the vocabulary of loaded_model (that file,
+        already loaded with its weights by the caller, who keeps ownership of it)."""
         self.model_path = Path(model_path)
-        _route_llama_log()
-        params = llama_cpp.llama_model_default_params()
-        params.vocab_only = True
-        with _interrupts_held_back():
-            model = llama_cpp.llama_model_load_from_file(os.fsencode(self.model_path), params)
-        if not model:
-            raise UserError(f"cannot load a vocabulary from {self.model_path} (not a GGUF model?)")
+        self._owns_model = loaded_model is None
+        model = loaded_model if loaded_model is not None else self._load_vocab_only()
         vocab = llama_cpp.llama_model_get_vocab(model)
         if not vocab:
-            with _interrupts_held_back():
-                llama_cpp.llama_model_free(model)
+            if self._owns_model:
+                with interrupts_held_back():
+                    llama_cpp.llama_model_free(model)
             raise UserError(f"{self.model_path} has no vocabulary")
         self._model: llama_cpp.llama_model_p | None = model
         self._vocab: llama_cpp.llama_vocab_p = vocab
         self.n_vocab: int = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._fingerprint: int | None = None
+
+    def _load_vocab_only(self) -> llama_cpp.llama_model_p:
+        route_llama_log()
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        with interrupts_held_back():
+            model = llama_cpp.llama_model_load_from_file(os.fsencode(self.model_path), params)
+        if not model:
+            raise UserError(f"cannot load a vocabulary from {self.model_path} (not a GGUF model?)")
+        return model
 
     def tokenize(
         self, text: str | bytes, add_special: bool = False, parse_special: bool = False
@@ -167,10 +134,10 @@ class Tokenizer:
         return self._fingerprint
 
     def close(self) -> None:
-        if self._model is not None:
-            with _interrupts_held_back():
+        if self._model is not None and self._owns_model:
+            with interrupts_held_back():
                 llama_cpp.llama_model_free(self._model)
-            self._model = None
+        self._model = None
 
     def __enter__(self) -> Tokenizer:
         return self

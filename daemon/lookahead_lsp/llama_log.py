@@ -1,0 +1,53 @@
+"""llama.cpp's log, routed to Python logging, and Ctrl-C around llama.cpp calls that log."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import signal
+import threading
+from typing import Iterator
+
+import llama_cpp
+
+_LOG = logging.getLogger("lookahead_lsp.llama")
+
+
+def _forward_llama_log(level: int, text: bytes | None, user_data: ctypes.c_void_p) -> None:
+    if text and _LOG.isEnabledFor(logging.DEBUG):
+        _LOG.debug("%s", text.decode("utf-8", "replace").rstrip("\n"))
+
+
+# llama.cpp writes its log to stderr unless given a callback, and keeps the bare C function
+# pointer: the ctypes object behind it must stay alive for as long as llama.cpp may log, i.e.
+# the whole process (if it were garbage-collected, the next log line would crash the process).
+# Hence this one module-level object, created at import and never replaced.
+_LLAMA_LOG_CALLBACK = llama_cpp.llama_log_callback(_forward_llama_log)
+
+
+def route_llama_log() -> None:
+    # Set before every load rather than once at import: importing llama_cpp installs
+    # llama-cpp-python's own stderr printer, and anything may import it after us.
+    llama_cpp.llama_log_set(_LLAMA_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+@contextlib.contextmanager
+def interrupts_held_back() -> Iterator[None]:
+    """Delays Ctrl-C until the end of a llama.cpp call that logs (and so runs the Python log
+    callback): a KeyboardInterrupt raised inside a ctypes callback is printed and dropped, and
+    the command would go on as if never interrupted."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        # Python runs signal handlers on the main thread only, never in this thread's
+        # callbacks; and a handler installed outside Python (None) could not be restored.
+        yield
+        return
+    received: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            signal.raise_signal(signal.SIGINT)  # now handled as it would have been
