@@ -3,8 +3,22 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
-# llama-cpp-python has no wheels: pip compiles llama.cpp once (~8 min) and keeps the wheel in its cache.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+
+# llama-cpp-python has no wheels: llama.cpp is compiled from source once (~8 min) into a wheel
+# kept outside the checkout. Its default build (-march=native) uses every instruction set the
+# CPU reports, and some virtual machines report AMX without letting processes use it: the first
+# matrix product dies of SIGILL. So on x86-64 the wheel is built for AVX2 (plus AVX-512 where
+# the CPU has it) with native tuning off; elsewhere llama.cpp's defaults stand.
+LLAMA_CPP_VERSION := 0.3.36
+ARCH := $(shell uname -m)
+HAS_AVX512 := $(shell grep -qw avx512bw /proc/cpuinfo 2>/dev/null && grep -qw avx512vl /proc/cpuinfo && echo yes)
+LLAMA_FLAVOUR := $(if $(filter x86_64,$(ARCH)),$(if $(HAS_AVX512),avx512,avx2),default)
+LLAMA_CMAKE_ARGS_avx2 := -DGGML_NATIVE=OFF
+LLAMA_CMAKE_ARGS_avx512 := -DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON
+LLAMA_CMAKE_ARGS_default :=
+LLAMA_WHEELS := $(HOME)/.cache/lookahead-lsp/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOUR)
+LLAMA_STAMP := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOUR)
 
 .PHONY: install test sanitize demo bench clean
 
@@ -12,7 +26,20 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-install: $(PY)
+$(LLAMA_WHEELS)/.built: | $(PY)
+	mkdir -p $(LLAMA_WHEELS)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS_$(LLAMA_FLAVOUR))" $(PIP) wheel --quiet --no-cache-dir --no-deps \
+		llama-cpp-python==$(LLAMA_CPP_VERSION) -w $(LLAMA_WHEELS)
+	touch $@
+
+# The first install brings its dependencies; the second replaces a build of the same version
+# that pip may have installed from its own cache.
+$(LLAMA_STAMP): $(LLAMA_WHEELS)/.built
+	$(PIP) install --quiet $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
+	$(PIP) install --quiet --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
+	touch $@
+
+install: $(PY) $(LLAMA_STAMP)
 	$(PIP) install --quiet scikit-build-core 'pybind11>=3,<4'
 	$(PIP) install --quiet --no-build-isolation '.[test]'
 
@@ -37,15 +64,11 @@ sanitize: install
 		ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		PYTHONPATH=build/sanitize/pkg $(PY) -m pytest -q -p no:cacheprovider $(SANITIZE_TESTS)
 
-# Until the completion engine lands, the demo shows the lookup core on real code: a static cache
-# of the standard library's asyncio package, then a replay of http/client.py drafted from it.
+# One real completion with the default model: the body of a method in a small sample project,
+# drafted from the project's other file.
 demo: install
-	@stdlib=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])'); \
-	mkdir -p build/demo && \
-	$(VENV)/bin/lookahead-lsp build-cache "$$stdlib/asyncio" -o build/demo/asyncio.cache && \
-	$(VENV)/bin/lookahead-lsp inspect-cache build/demo/asyncio.cache --verify && \
-	$(VENV)/bin/lookahead-lsp lookup-stats --file "$$stdlib/http/client.py" --ctx-size 2048 \
-		--static-cache build/demo/asyncio.cache
+	$(VENV)/bin/lookahead-lsp complete examples/sample-project/shop/orders.py:18:9 \
+		--workspace examples/sample-project
 
 bench: install
 	$(PY) bench/lookup_bench.py

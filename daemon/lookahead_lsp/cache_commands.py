@@ -14,12 +14,9 @@ from typing import Generator, TextIO
 from lookahead_lsp._lookup import NgramCache, StaticCache, StaticCacheBuilder
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.tokenizer import TokenArray, Tokenizer, tokenize_files
+from lookahead_lsp.tokenizer import POOL_MIN_BYTES, TokenArray, Tokenizer, tokenize_files
 from lookahead_lsp.workspace.files import list_source_files
 
-# A tokenizer worker process takes 1-2 s to start (Python, llama.cpp, the vocabulary), about
-# what one core needs to tokenize 2 MB; below this total, workers would cost more than they save.
-POOL_MIN_BYTES = 4_000_000
 _MB = 1e6
 _REDRAW_SECONDS = 0.1
 

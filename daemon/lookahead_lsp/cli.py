@@ -27,6 +27,12 @@ def _lookup_stats(args: argparse.Namespace) -> int:
     return lookup_stats(args)
 
 
+def _complete(args: argparse.Namespace) -> int:
+    from lookahead_lsp.complete_command import complete
+
+    return complete(args)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lookahead-lsp", description=__doc__)
     parser.add_argument("--version", action="version", version=f"lookahead-lsp {__version__}")
@@ -85,11 +91,36 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--model", metavar="GGUF", help="model whose tokenizer to use")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
     stats.set_defaults(run=_lookup_stats)
+
+    comp = commands.add_parser("complete", help="print one completion at FILE:LINE:COL (1-based)")
+    comp.add_argument("position", metavar="FILE:LINE:COL")
+    comp.add_argument("--workspace", metavar="DIR", help="draft from the n-grams of DIR's source files")
+    comp.add_argument("--static-cache", metavar="FILE", help="draft from a prebuilt static cache (build-cache)")
+    comp.add_argument(
+        "--draft",
+        choices=("none", "lookup", "lookahead", "auto"),
+        default="auto",
+        help="speculation: none (plain greedy), lookup, lookahead, auto (default)",
+    )
+    comp.add_argument("--max-tokens", type=int, default=64, metavar="N", help="at most N tokens (64)")
+    comp.add_argument("--time-budget-ms", type=float, metavar="MS", help="stop generating after MS")
+    comp.add_argument(
+        "--no-stop-rules", action="store_true", help="generate exactly --max-tokens tokens (benchmarks)"
+    )
+    comp.add_argument("--model", metavar="GGUF", help="model to complete with")
+    comp.add_argument("--ctx-size", type=int, default=4096, metavar="N", help="context size (4096)")
+    comp.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: all cores)")
+    comp.add_argument(
+        "--gpu-layers", type=int, default=-1, metavar="N", help="layers on the GPU, GPU builds only (-1: all)"
+    )
+    comp.add_argument("--json", action="store_true", help="print one JSON object: completion and stats")
+    comp.set_defaults(run=_complete)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from lookahead_lsp._lookup import CacheError
+    from lookahead_lsp.engine.runtime import EngineError
     from lookahead_lsp.errors import UserError
 
     args = _parser().parse_args(argv)
@@ -99,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lookahead-lsp: interrupted", file=sys.stderr)
         return 130
-    except (UserError, CacheError) as error:
+    except (UserError, CacheError, EngineError) as error:
         # Meant for the user as they are: one line, no traceback.
         print(f"lookahead-lsp: {error}", file=sys.stderr)
         return 2

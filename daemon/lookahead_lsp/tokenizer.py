@@ -29,6 +29,9 @@ TokenArray = npt.NDArray[np.int32]
 # (0.17 MB/s at 1 MB vs 1.65 MB/s at 10 KB), so big texts are tokenized in pieces of about this
 # size, cut at line ends.
 PIECE_BYTES = 16384
+# Below this many bytes of input, tokenizing in one process beats starting worker processes
+# (each loads its own vocabulary: 1-2 s).
+POOL_MIN_BYTES = 4_000_000
 
 _PARENT_POLL_SECONDS = 1.0
 _INT32_MIN = -(2**31)
@@ -60,7 +63,9 @@ class Tokenizer:
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         with interrupts_held_back():
-            model = llama_cpp.llama_model_load_from_file(os.fsencode(self.model_path), params)
+            model: llama_cpp.llama_model_p = llama_cpp.llama_model_load_from_file(
+                os.fsencode(self.model_path), params
+            )
         if not model:
             raise UserError(f"cannot load a vocabulary from {self.model_path} (not a GGUF model?)")
         return model

@@ -1,0 +1,127 @@
+"""`lookahead-lsp complete FILE:LINE:COL`: one completion from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from lookahead_lsp._lookup import StaticCache
+from lookahead_lsp.engine import CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
+from lookahead_lsp.errors import UserError
+from lookahead_lsp.models import resolve_model_path
+from lookahead_lsp.workspace.index import WorkspaceIndex
+
+_POSITION = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<col>\d+)$")
+
+
+@dataclass(frozen=True)
+class CursorSplit:
+    prefix: str
+    suffix: str
+
+
+def parse_position(text: str) -> tuple[Path, int, int]:
+    match = _POSITION.match(text)
+    if match is None:
+        raise UserError(f"expected FILE:LINE:COL (1-based), got {text!r}")
+    return Path(match["file"]), int(match["line"]), int(match["col"])
+
+
+def split_at(document: str, line: int, column: int, name: str) -> CursorSplit:
+    """The document's text before and after LINE:COL (1-based, COL in characters). A column
+    past the end of its line is clamped to the line's end; a line past the end is an error."""
+    if line < 1 or column < 1:
+        raise UserError(f"{name}: LINE and COL start at 1, got {line}:{column}")
+    lines = document.splitlines(keepends=True) or [""]
+    if document.endswith(("\n", "\r")):
+        lines.append("")  # the empty line after the last newline is a place to type
+    if line > len(lines):
+        raise UserError(f"{name}: line {line} is past the end of the file ({len(lines)} lines)")
+    start = sum(len(text) for text in lines[: line - 1])
+    body = lines[line - 1].rstrip("\r\n")
+    offset = start + min(column - 1, len(body))
+    return CursorSplit(document[:offset], document[offset:])
+
+
+def read_document(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UserError(f"cannot read {path}: {error.strerror or error}") from error
+    # Bytes that are not UTF-8 become U+FFFD: the model sees text, the offsets stay characters.
+    return data.decode("utf-8", "replace")
+
+
+def complete(args: argparse.Namespace) -> int:
+    path, line, column = parse_position(args.position)
+    cursor = split_at(read_document(path), line, column, str(path))
+    try:
+        options = DecodeOptions(
+            draft=args.draft,
+            max_tokens=args.max_tokens,
+            time_budget_ms=args.time_budget_ms,
+            stop_rules=not args.no_stop_rules,
+        )
+    except ValueError as error:
+        raise UserError(str(error)) from error
+    model_path = resolve_model_path(args.model)
+    engine = Engine(
+        EngineSettings(model_path, n_ctx=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
+    )
+    try:
+        caches = _caches(engine, args)
+        relative = _relative_name(path, args.workspace)
+        request = CompletionRequest(cursor.prefix, cursor.suffix, relative)
+        result = engine.complete(request, options, caches)
+    finally:
+        engine.close()
+    if args.json:
+        out = {"completion": result.text, "stop_reason": result.stop_reason, "stats": result.stats.as_dict()}
+        json.dump(out, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(result.text + "\n")
+        print(_summary(result.stats.as_dict(), result.stop_reason), file=sys.stderr)
+    return 0
+
+
+def _summary(stats: dict[str, object], stop_reason: str) -> str:
+    accepted = stats["accepted_by_source"]
+    assert isinstance(accepted, dict)
+    drafted = ", ".join(f"{source} {n}" for source, n in accepted.items() if n) or "none"
+    return (
+        f"{stats['tokens']} tokens in {stats['passes']} passes ({stats['tokens_per_pass']}/pass), "
+        f"{stats['tokens_per_s']} tokens/s; accepted from drafts: {drafted}; "
+        f"prompt {stats['prompt_evaluated']}/{stats['prompt_tokens']} tokens evaluated in "
+        f"{stats['ms_prompt']:.0f} ms; stopped by {stop_reason}"
+    )
+
+
+def _caches(engine: Engine, args: argparse.Namespace) -> DraftCaches:
+    dynamic = None
+    if args.workspace:
+        root = Path(args.workspace)
+        if not root.is_dir():
+            raise UserError(f"workspace is not a folder: {root}")
+        index = WorkspaceIndex(engine.tokenizer.n_vocab)
+        index.add_folder(root, engine.tokenizer)
+        dynamic = index.cache
+    static = None
+    if args.static_cache:
+        tokenizer = engine.tokenizer
+        static = StaticCache.open(args.static_cache, tokenizer.n_vocab, tokenizer.fingerprint)
+        static.verify()
+    return DraftCaches(dynamic, static)
+
+
+def _relative_name(path: Path, workspace: str | None) -> str:
+    if workspace:
+        try:
+            return path.resolve().relative_to(Path(workspace).resolve()).as_posix()
+        except ValueError:
+            pass
+    return path.name

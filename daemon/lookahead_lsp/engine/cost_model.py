@@ -1,0 +1,164 @@
+"""What one model pass costs as a function of how many positions it verifies, measured once per
+machine, model and thread count, and kept on disk.
+
+On a 2-core CPU a pass with 8 verified positions costs ~3.7 passes of one, on a GPU barely more
+than one: the speculation policy must be sized from this curve, never from assumptions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from lookahead_lsp.engine.runtime import MAIN_SEQ, ModelRuntime
+
+_LOG = logging.getLogger(__name__)
+FORMAT_VERSION = 1
+# Batch sizes measured (every position with logits, as verification needs).
+MEASURED_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
+_REPEATS = 3
+_CONTEXT_TOKENS = 384
+_SAMPLE_CODE = (
+    "def total(items):\n    result = 0\n    for item in items:\n        result += item.price\n"
+    "    return result\n\n\nclass Cart:\n    def __init__(self):\n        self.items = []\n\n"
+)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Milliseconds of one pass (decode + argmax of every output row) by its number of
+    positions, all with logits."""
+
+    sizes: tuple[int, ...]
+    ms: tuple[float, ...]
+
+    def pass_ms(self, positions: int) -> float:
+        """Interpolated linearly between measured sizes, extrapolated from the last two."""
+        sizes, ms = self.sizes, self.ms
+        if positions <= sizes[0]:
+            return ms[0]
+        for i in range(1, len(sizes)):
+            if positions <= sizes[i]:
+                left, right = sizes[i - 1], sizes[i]
+                return ms[i - 1] + (ms[i] - ms[i - 1]) * (positions - left) / (right - left)
+        slope = (ms[-1] - ms[-2]) / (sizes[-1] - sizes[-2])
+        return ms[-1] + slope * (positions - sizes[-1])
+
+    def relative(self, positions: int) -> float:
+        """A pass of `positions` in units of a one-position pass."""
+        return self.pass_ms(positions) / self.ms[0]
+
+
+def machine_key(runtime: ModelRuntime) -> dict[str, object]:
+    """Everything that changes the curve: the model file, threads, GPU offload, the CPU and
+    llama.cpp's version."""
+    path = runtime.settings.model_path
+    stat = path.stat()
+    return {
+        "format": FORMAT_VERSION,
+        "model": str(path.resolve()),
+        "model_size": stat.st_size,
+        "model_mtime_ns": stat.st_mtime_ns,
+        "threads": runtime.settings.threads,
+        "gpu_layers": runtime.settings.n_gpu_layers if runtime.gpu_offload else 0,
+        "cpu": _cpu_name(),
+        "cores": os.cpu_count(),
+        "llama_cpp": llama_cpp.__version__,
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lookahead-lsp"
+
+
+def load_or_measure(runtime: ModelRuntime, cache_dir: Path | None) -> CostModel:
+    """The cost model for this runtime: read from cache_dir if measured before, else measured
+    now (a few seconds) and saved there atomically. A cache file that cannot be read is measured
+    again, with a warning."""
+    key = machine_key(runtime)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = (cache_dir or default_cache_dir()) / f"cost-{digest}.json"
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("key") == key:
+                return CostModel(tuple(data["sizes"]), tuple(float(x) for x in data["ms"]))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            _LOG.warning("%s: unreadable cost model, measuring again (%s)", path, error)
+    model = measure(runtime)
+    try:
+        _write_atomically(path, json.dumps({"key": key, **asdict(model)}, indent=1))
+    except OSError as error:
+        _LOG.warning("%s: cannot save the cost model (%s)", path, error)
+    return model
+
+
+def measure(runtime: ModelRuntime, sizes: tuple[int, ...] = MEASURED_SIZES) -> CostModel:
+    """Times passes of each size after a short context, the median of a few repeats each. The
+    runtime's KV cache is left empty."""
+    sizes = tuple(s for s in sizes if s <= runtime.batch.capacity)
+    sample = runtime.tokenizer.tokenize(_SAMPLE_CODE * 40).tolist()[:_CONTEXT_TOKENS]
+    runtime.clear()
+    runtime.prefill(sample, runtime.batch.capacity, lambda: False)
+    n_past = len(runtime.kv_tokens)
+    timings: dict[int, list[float]] = {size: [] for size in sizes}
+    # Interleaved repeats: a burst of load on the machine spreads over all sizes.
+    for _ in range(_REPEATS + 1):
+        for size in sizes:
+            runtime.batch.clear()
+            for i in range(size):
+                runtime.batch.add(sample[i % len(sample)], n_past + i, (MAIN_SEQ,), True)
+            start = time.perf_counter()
+            logits = runtime.decode_batch()
+            np.argmax(logits, axis=1)
+            timings[size].append((time.perf_counter() - start) * 1000)
+            runtime.truncate(n_past)
+    runtime.clear()
+    # The first round warms caches and allocations up; it is not kept.
+    ms = tuple(statistics.median(t[1:]) for t in timings.values())
+    _LOG.info("pass cost by positions: %s", ", ".join(f"{s}: {m:.1f} ms" for s, m in zip(sizes, ms)))
+    return CostModel(sizes, _monotonic(ms))
+
+
+def _monotonic(ms: tuple[float, ...]) -> tuple[float, ...]:
+    """Noise can make a bigger batch look cheaper than a smaller one; a pass never gets cheaper
+    by verifying more."""
+    out: list[float] = []
+    for value in ms:
+        out.append(max(value, out[-1]) if out else value)
+    return tuple(out)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

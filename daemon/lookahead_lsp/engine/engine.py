@@ -1,0 +1,445 @@
+"""Completions: prompt -> KV cache (reused) -> decoding steps that verify drafted candidates in
+one pass each -> code-aware stop -> text and statistics.
+
+One code path serves every draft mode; the modes differ only in what a step proposes:
+  none       nothing: one token per pass (the baseline);
+  lookup     the lookup core's token tree (context, workspace and repository caches);
+  lookahead  the lookup tree plus the Jacobi window's pooled n-grams, and the window itself;
+  auto       the lookup core's draft cut to the length that pays by the measured cost model and
+             the running acceptance (policy.py), the window only where wide passes are cheap.
+Every emitted token is the model's argmax at the position that verified it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from lookahead_lsp._lookup import NgramCache, StaticCache, draft_tree, draft_with_evidence
+from lookahead_lsp.engine import cost_model
+from lookahead_lsp.engine.cost_model import CostModel
+from lookahead_lsp.engine.policy import AcceptanceModel, best_draft_length
+from lookahead_lsp.engine.prompt import CompletionRequest, FimTokens, PromptBuilder, PromptWindows
+from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, ModelRuntime, RuntimeSettings
+from lookahead_lsp.engine.stopping import Stopper
+from lookahead_lsp.engine.tree import SOURCES, WINDOW, DraftTree
+from lookahead_lsp.engine.window import LookaheadShape, LookaheadWindow
+
+DRAFT_MODES = ("none", "lookup", "lookahead", "auto")
+# Prompt tokens per llama_decode call: the granularity of cancelling a cold prompt (~0.2 s here).
+PREFILL_CHUNK = 128
+# auto: the longest draft considered, and the pass cost at which a lookahead window is "free".
+_AUTO_MAX_DRAFT = 16
+_AUTO_WINDOW_SHAPES = (LookaheadShape(8, 4, 8), LookaheadShape(4, 4, 4), LookaheadShape(2, 3, 2))
+_FREE_WINDOW_COST = 1.10
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    model_path: Path
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None: all cores
+    n_gpu_layers: int = -1  # -1: all, on a GPU build of llama-cpp-python
+    cache_dir: Path | None = None  # where the cost model is kept (default ~/.cache/lookahead-lsp)
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    draft: str = "auto"
+    max_tokens: int = 64
+    time_budget_ms: float | None = None
+    stop_rules: bool = True
+    windows: PromptWindows = PromptWindows()
+    lookup_draft: int = 8  # lookup / lookahead: tokens per drafted branch
+    lookup_branches: int = 3  # lookup / lookahead: branches of the token tree
+    lookahead: LookaheadShape = LookaheadShape()
+    trace: bool = False  # record, per emitted token, the verifying pass's top two logits
+
+    def __post_init__(self) -> None:
+        if self.draft not in DRAFT_MODES:
+            raise ValueError(f"draft must be one of {', '.join(DRAFT_MODES)}, not {self.draft!r}")
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if not 0 <= self.lookup_branches <= 16 or self.lookup_draft < 0:
+            raise ValueError("lookup_branches must be in [0, 16] and lookup_draft >= 0")
+
+
+@dataclass(frozen=True)
+class DraftCaches:
+    """The lookup core's long-lived sources; the request's context cache is the engine's own.
+    A static cache must be verified before it is handed over."""
+
+    dynamic: NgramCache | None = None
+    static: StaticCache | None = None
+
+
+@dataclass
+class CompletionStats:
+    tokens: int = 0
+    passes: int = 0
+    accepted_by_source: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SOURCES})
+    drafted: int = 0  # candidate tokens sent to the model
+    prompt_tokens: int = 0
+    prompt_evaluated: int = 0  # of which not found in the KV cache
+    ms_prompt: float = 0.0
+    ms_draft: float = 0.0
+    ms_model: float = 0.0
+    ms_total: float = 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens / self.passes if self.passes else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generation speed: tokens over the time after the prompt was evaluated."""
+        seconds = (self.ms_total - self.ms_prompt) / 1000
+        return self.tokens / seconds if seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "tokens": self.tokens,
+            "passes": self.passes,
+            "tokens_per_pass": round(self.tokens_per_pass, 3),
+            "accepted_by_source": dict(self.accepted_by_source),
+            "drafted": self.drafted,
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_evaluated": self.prompt_evaluated,
+            "ms_prompt": round(self.ms_prompt, 2),
+            "ms_draft": round(self.ms_draft, 2),
+            "ms_model": round(self.ms_model, 2),
+            "ms_total": round(self.ms_total, 2),
+            "tokens_per_s": round(self.tokens_per_s, 2),
+        }
+
+
+@dataclass(frozen=True)
+class TokenTrace:
+    """An emitted token and the logits row that verified it (its pass, top two ids and values)."""
+
+    token: int
+    pass_index: int
+    top1: int
+    top2: int
+    margin: float  # top-1 logit minus top-2 logit
+
+
+@dataclass
+class Completion:
+    text: str
+    tokens: list[int]
+    stats: CompletionStats
+    stop_reason: str  # stop-rule, max-tokens, end-of-generation, time-budget, context-full, cancelled
+    trace: list[TokenTrace] = field(default_factory=list)
+
+
+class CancelToken:
+    """Set from any thread; the engine checks it between model passes and prompt chunks."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+@dataclass
+class _Step:
+    """One pass's candidates and where they sit in the batch."""
+
+    tree: DraftTree
+    evidence: np.ndarray | None = None  # auto: the drafted tokens' evidence (for learning)
+    offered: np.ndarray | None = None  # auto: evidence of tokens offered but not drafted
+    window: LookaheadWindow | None = None
+
+
+class Engine:
+    """One model, one KV cache, one completion at a time (callers serialise requests)."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self.runtime = ModelRuntime(
+            RuntimeSettings(
+                settings.model_path, settings.n_ctx, settings.n_threads, settings.n_gpu_layers
+            )
+        )
+        rt = self.runtime
+        self.tokenizer = rt.tokenizer
+        self.prompts = PromptBuilder(self.tokenizer, self._bos(), self._fim_tokens())
+        self.acceptance = AcceptanceModel()
+        self._cost: CostModel | None = None
+
+    @property
+    def cost_model(self) -> CostModel:
+        """Measured on first use (a few seconds), then read from the cache directory."""
+        if self._cost is None:
+            self._cost = cost_model.load_or_measure(self.runtime, self.settings.cache_dir)
+        return self._cost
+
+    @property
+    def fill_in_the_middle(self) -> bool:
+        return self.prompts.fim is not None
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    def complete(
+        self,
+        request: CompletionRequest,
+        options: DecodeOptions = DecodeOptions(),
+        caches: DraftCaches = DraftCaches(),
+        cancel: CancelToken | None = None,
+    ) -> Completion:
+        start = time.perf_counter()
+        cancelled: Callable[[], bool] = (lambda: cancel.cancelled) if cancel else (lambda: False)
+        if options.draft in ("auto", "lookahead"):
+            _ = self.cost_model  # measured before the clock of this completion matters
+            start = time.perf_counter()
+        run = _Run(self, request, options, caches, cancelled, start)
+        return run.execute()
+
+    def _bos(self) -> int | None:
+        rt = self.runtime
+        return rt.special_token(llama_cpp.llama_vocab_bos) if llama_cpp.llama_vocab_get_add_bos(rt.vocab) else None
+
+    def _fim_tokens(self) -> FimTokens | None:
+        rt = self.runtime
+        pre, suf, mid = (
+            rt.special_token(llama_cpp.llama_vocab_fim_pre),
+            rt.special_token(llama_cpp.llama_vocab_fim_suf),
+            rt.special_token(llama_cpp.llama_vocab_fim_mid),
+        )
+        if pre is None or suf is None or mid is None:
+            return None
+        return FimTokens(
+            pre,
+            suf,
+            mid,
+            rt.special_token(llama_cpp.llama_vocab_fim_rep),
+            rt.special_token(llama_cpp.llama_vocab_fim_sep),
+        )
+
+
+class _Run:
+    """The state of one completion."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        request: CompletionRequest,
+        options: DecodeOptions,
+        caches: DraftCaches,
+        cancelled: Callable[[], bool],
+        start: float,
+    ) -> None:
+        self.engine = engine
+        self.rt = engine.runtime
+        self.request = request
+        self.options = options
+        self.caches = caches
+        self.cancelled = cancelled
+        self.start = start
+        self.stats = CompletionStats()
+        self.stopper = Stopper(request.prefix, request.suffix, options.stop_rules)
+        self.generated: list[int] = []
+        self.trace: list[TokenTrace] = []
+        self.window: LookaheadWindow | None = None
+        self.history: list[int] = []
+        self.context = NgramCache(self.rt.n_vocab)
+        self.cut: int | None = None
+
+    def _step_room(self) -> int:
+        """Positions one step may use beyond the current token."""
+        o = self.options
+        lookup = o.lookup_draft if o.draft != "auto" else _AUTO_MAX_DRAFT
+        window = max(s.positions for s in _AUTO_WINDOW_SHAPES) if o.draft == "auto" else o.lookahead.positions
+        return lookup + window + 8
+
+    def execute(self) -> Completion:
+        o, rt = self.options, self.rt
+        max_prompt = rt.n_ctx - o.max_tokens - self._step_room()
+        if max_prompt < 16:
+            raise ValueError(f"max_tokens {o.max_tokens} leaves no room for a prompt in n_ctx {rt.n_ctx}")
+        prompt = self.engine.prompts.build(self.request, o.windows, max_prompt)
+        self.stats.prompt_tokens = len(prompt.tokens)
+        if not prompt.tokens:
+            return self._finish("end-of-generation")
+        try:
+            self.stats.prompt_evaluated = rt.prefill(prompt.tokens[:-1], PREFILL_CHUNK, self.cancelled)
+        except Cancelled:
+            self.stats.ms_prompt = self._elapsed_ms()
+            return self._finish("cancelled")
+        self.stats.ms_prompt = self._elapsed_ms()
+        t = time.perf_counter()
+        for source in prompt.sources:
+            self.context.add(source)
+        self.history = list(prompt.tokens)
+        if o.draft == "lookahead":
+            self.window = LookaheadWindow(o.lookahead, prompt.tokens)
+        elif o.draft == "auto":
+            self.window = self._auto_window(prompt.tokens)
+        self.stats.ms_draft += (time.perf_counter() - t) * 1000
+        return self._finish(self._decode_loop())
+
+    def _decode_loop(self) -> str:
+        o, rt = self.options, self.rt
+        while True:
+            if self.cancelled():
+                return "cancelled"
+            if o.time_budget_ms is not None and self._elapsed_ms() >= o.time_budget_ms:
+                return "time-budget"
+            remaining = o.max_tokens - len(self.generated)
+            if len(rt.kv_tokens) + self._step_room() + 1 >= rt.n_ctx:
+                return "context-full"
+            t = time.perf_counter()
+            step = self._plan(remaining)
+            self.stats.ms_draft += (time.perf_counter() - t) * 1000
+            reason = self._run_step(step, remaining)
+            if reason is not None:
+                return reason
+            if len(self.generated) >= o.max_tokens:
+                return "max-tokens"
+
+    # -- planning ----------------------------------------------------------------------------
+
+    def _plan(self, remaining: int) -> _Step:
+        o = self.options
+        tail = np.asarray(self.history[-4:], dtype=np.int32)
+        room = max(0, remaining - 1)  # the pass adds one token of its own
+        tree = DraftTree()
+        step = _Step(tree, window=self.window)
+        dynamic, static = self.caches.dynamic, self.caches.static
+        if o.draft in ("lookup", "lookahead") and room and o.lookup_branches:
+            n = min(o.lookup_draft, room)
+            tokens, parents, evidence = draft_tree(tail, n, o.lookup_branches, self.context, dynamic, static)
+            tree.add_tree(tokens.tolist(), parents.tolist(), evidence[:, 0].tolist(), n * o.lookup_branches)
+        elif o.draft == "auto" and room:
+            tokens, evidence = draft_with_evidence(tail, min(_AUTO_MAX_DRAFT, room), self.context, dynamic, static)
+            if len(tokens):
+                k = best_draft_length(self.engine.acceptance.probabilities(evidence), self.engine.cost_model)
+                tree.add_path(tokens[:k].tolist(), evidence[:k, 0].tolist(), k)
+                step.evidence = evidence[:k]
+                step.offered = evidence[k : k + 1]
+        if self.window is not None and room:
+            for gram in self.window.candidates(self.history[-1]):
+                tree.add_path(gram[:room], [WINDOW] * len(gram[:room]), len(tree) + room)
+        return step
+
+    def _auto_window(self, seed: list[int]) -> LookaheadWindow | None:
+        """A Jacobi window only where the measured cost says wide passes are nearly free (a GPU,
+        typically): the widest shape whose positions cost at most 10 % more than a plain pass."""
+        cost = self.engine.cost_model
+        for shape in _AUTO_WINDOW_SHAPES:
+            extra = shape.positions + shape.candidates * (shape.ngram - 1)
+            if cost.relative(1 + extra) <= _FREE_WINDOW_COST:
+                return LookaheadWindow(shape, seed)
+        return None
+
+    # -- one pass ----------------------------------------------------------------------------
+
+    def _run_step(self, step: _Step, remaining: int) -> str | None:
+        rt, tree = self.rt, step.tree
+        batch = rt.batch
+        leaves = tree.leaves()
+        node_seqs: list[list[int]] = [[] for _ in range(len(tree))]
+        for seq, leaf in enumerate(leaves):
+            for node in tree.path_to(leaf):
+                node_seqs[node].append(seq)
+        n_branch_seqs = max(1, len(leaves))
+        window_seqs: list[int] = []
+        n_past = len(rt.kv_tokens)
+        pending = self.history[-1]
+        batch.clear()
+        root_seqs = list(range(n_branch_seqs))
+        if step.window is not None:
+            root_seqs += [n_branch_seqs + i for i in range(step.window.shape.width)]
+        root_row = batch.add(pending, n_past, root_seqs, True)
+        rows = [batch.add(tok, n_past + 1 + tree.depth(i), node_seqs[i], True) for i, tok in enumerate(tree.tokens)]
+        if step.window is not None:
+            window_seqs = step.window.add_to_batch(batch, n_past, n_branch_seqs)
+        used_seqs = sorted(set(root_seqs) | set(window_seqs))
+        for seq in used_seqs:
+            if seq != MAIN_SEQ:
+                rt.mirror_main(seq)
+        t = time.perf_counter()
+        logits = rt.decode_batch()
+        choices = np.argmax(logits, axis=1).tolist()
+        self.stats.ms_model += (time.perf_counter() - t) * 1000
+        self.stats.passes += 1
+        self.stats.drafted += len(tree)
+
+        t = time.perf_counter()
+        path = tree.accepted_path(choices[root_row], [choices[r] for r in rows])
+        accepted = [tree.tokens[node] for node in path]
+        bonus_row = rows[path[-1]] if path else root_row
+        keep_seq = node_seqs[path[-1]][0] if path else MAIN_SEQ
+        rt.accept_branch(keep_seq, [pending, *accepted], len(used_seqs) > 1)
+        if step.window is not None:
+            step.window.update([choices[r] for r in step.window.output_rows])
+        if step.evidence is not None:
+            self.engine.acceptance.observe(step.evidence, len(step.evidence), len(path))
+        if step.offered is not None and len(step.offered):
+            self.engine.acceptance.decline(step.offered)
+
+        new = [*accepted, choices[bonus_row]]
+        verifying_rows = [root_row, *(rows[node] for node in path)]
+        reason = None
+        for i, token in enumerate(new):
+            if self.rt.is_end_of_generation(token):
+                new, verifying_rows, reason = new[:i], verifying_rows[:i], "end-of-generation"
+                break
+        if len(new) > remaining:
+            new, verifying_rows = new[:remaining], verifying_rows[:remaining]
+        for node in path[: len(new)]:
+            self.stats.accepted_by_source[SOURCES[tree.sources[node]]] += 1
+        if self.options.trace:
+            self._record(new, verifying_rows, logits)
+        self.history += new
+        self.generated += new
+        # The new tokens' n-grams, whose keys reach back up to 3 tokens before them.
+        tail = self.history[-(len(new) + 3) :]
+        self.context.add(np.asarray(tail, dtype=np.int32), first=len(tail) - len(new))
+        self.stats.ms_draft += (time.perf_counter() - t) * 1000
+        if reason is None and self.options.stop_rules:
+            self.cut = self.stopper.check(self._text())
+            if self.cut is not None:
+                reason = "stop-rule"
+        return reason
+
+    def _record(self, tokens: list[int], rows: list[int], logits: np.ndarray) -> None:
+        for token, row in zip(tokens, rows):
+            values = logits[row]
+            top = np.argpartition(values, -2)[-2:]
+            hi, lo = (top[1], top[0]) if values[top[1]] >= values[top[0]] else (top[0], top[1])
+            self.trace.append(
+                TokenTrace(token, self.stats.passes - 1, int(hi), int(lo), float(values[hi] - values[lo]))
+            )
+
+    # -- the result --------------------------------------------------------------------------
+
+    def _text(self) -> str:
+        return self.engine.tokenizer.detokenize(self.generated).decode("utf-8", "ignore")
+
+    def _finish(self, reason: str) -> Completion:
+        text = self._text()
+        if self.cut is not None:
+            text = text[: self.cut]
+        elif reason in ("max-tokens", "time-budget") and self.options.stop_rules and "\n" in text.strip():
+            # Cut off by a budget: keep the complete lines, not half of the last one.
+            text = text[: text.rstrip().rfind("\n")]
+        text = self.stopper.finish(text)
+        self.stats.tokens = len(self.generated)
+        self.stats.ms_total = self._elapsed_ms()
+        return Completion(text, list(self.generated), self.stats, reason, self.trace)
+
+    def _elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.start) * 1000

@@ -1,0 +1,189 @@
+"""The model's prompt for one completion: fill-in-the-middle when the model's GGUF declares FIM
+tokens, the text before the cursor alone otherwise, within token budgets.
+
+The prompt's start must stay put while the user types, or the KV cache could not be reused:
+the window over the text before the cursor starts at a line boundary chosen from a coarse grid,
+so it moves only every quarter window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from lookahead_lsp.tokenizer import TokenArray, Tokenizer
+
+# Characters of code per token are about 3-4 for this kind of tokenizer; the character window
+# is cut generously and the token budget decides.
+_CHARS_PER_TOKEN = 4
+_HASH_COMMENT = frozenset(
+    {".py", ".pyi", ".sh", ".bash", ".rb", ".pl", ".r", ".yaml", ".yml", ".toml", ".cmake", ".mk"}
+)
+_DASH_COMMENT = frozenset({".lua", ".sql", ".hs", ".elm", ".ada"})
+
+
+@dataclass(frozen=True)
+class ContextChunk:
+    """Text from another file that may help (the daemon picks recently edited files)."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """What to complete: the document's text before and after the cursor."""
+
+    prefix: str
+    suffix: str = ""
+    path: str = ""  # the document's path, relative to its workspace where possible
+    extra_context: tuple[ContextChunk, ...] = ()
+    repository: str = ""  # the workspace's name, for models with a repository token
+
+
+@dataclass(frozen=True)
+class PromptWindows:
+    """Token budgets of the prompt's parts."""
+
+    prefix_tokens: int = 1536
+    suffix_tokens: int = 256
+    extra_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    prefix: int
+    suffix: int
+    middle: int
+    repository: int | None = None
+    file_separator: int | None = None
+
+
+@dataclass
+class Prompt:
+    tokens: list[int]
+    # The document's own tokens around the cursor and those of the extra chunks, each a separate
+    # sequence: the request's context cache is built from them (never across their seams).
+    sources: list[TokenArray] = field(default_factory=list)
+    fill_in_the_middle: bool = False
+
+
+def comment_marker(path: str) -> str:
+    suffix = PurePosixPath(path).suffix.lower()
+    if suffix in _HASH_COMMENT:
+        return "#"
+    if suffix in _DASH_COMMENT:
+        return "--"
+    return "//"
+
+
+def stable_prefix_start(prefix: str, window_chars: int) -> int:
+    """Where the prompt's window over `prefix` starts: the first line start at or after a point
+    on a grid of quarter windows, at least window_chars before the end (0 if it all fits)."""
+    if len(prefix) <= window_chars:
+        return 0
+    quantum = max(1, window_chars // 4)
+    anchor = ((len(prefix) - window_chars) // quantum) * quantum
+    newline = prefix.find("\n", anchor - 1 if anchor else 0)
+    return newline + 1 if 0 <= newline < len(prefix) - 1 else anchor
+
+
+def _head(tokens: TokenArray, n: int) -> TokenArray:
+    return tokens[: max(0, n)]
+
+
+def _tail(tokens: TokenArray, n: int) -> TokenArray:
+    # Drop whole quarter-budgets from the front so the start moves rarely (see the module doc).
+    excess = len(tokens) - n
+    if excess <= 0:
+        return tokens
+    quantum = max(1, n // 4)
+    return tokens[-(-excess // quantum) * quantum :] if n > 0 else tokens[:0]
+
+
+class PromptBuilder:
+    """Builds prompts for one model (its tokenizer, BOS and FIM tokens)."""
+
+    def __init__(self, tokenizer: Tokenizer, bos: int | None, fim: FimTokens | None) -> None:
+        self.tokenizer = tokenizer
+        self.bos = bos
+        self.fim = fim
+
+    def build(self, request: CompletionRequest, windows: PromptWindows, max_tokens: int) -> Prompt:
+        """A prompt of at most max_tokens tokens; the farthest text goes first when it must be
+        shortened: extra chunks, then the far end of the prefix, then the suffix."""
+        fixed = (1 if self.bos is not None else 0) + (8 if self.fim else 0)
+        budget = max(0, max_tokens - fixed)
+        prefix_budget = min(windows.prefix_tokens, budget)
+        prefix_tokens = self._prefix_tokens(request.prefix, prefix_budget)
+        suffix_tokens = self._suffix_tokens(request.suffix, windows.suffix_tokens)
+        used_suffix = suffix_tokens if self.fim else suffix_tokens[:0]
+        left = budget - len(prefix_tokens) - len(used_suffix)
+        if left < 0:
+            used_suffix = _head(used_suffix, len(used_suffix) + left)
+            left = 0
+        chunks = self._chunks(request, min(windows.extra_tokens, left))
+        if self.fim:
+            tokens = self._fim_layout(request, chunks, prefix_tokens, used_suffix)
+        else:
+            tokens = self._plain_layout(chunks, prefix_tokens)
+        sources = [prefix_tokens, suffix_tokens, *(c for _, c in chunks)]
+        return Prompt(tokens, [s for s in sources if len(s)], self.fim is not None)
+
+    def _prefix_tokens(self, prefix: str, budget: int) -> TokenArray:
+        start = stable_prefix_start(prefix, budget * _CHARS_PER_TOKEN)
+        return _tail(self.tokenizer.tokenize(prefix[start:]), budget)
+
+    def _suffix_tokens(self, suffix: str, budget: int) -> TokenArray:
+        window = budget * _CHARS_PER_TOKEN
+        end = suffix.rfind("\n", 0, window) + 1 if len(suffix) > window else len(suffix)
+        return _head(self.tokenizer.tokenize(suffix[: end or window]), budget)
+
+    def _chunks(self, request: CompletionRequest, budget: int) -> list[tuple[bytes, TokenArray]]:
+        """(header text, tokens) of each extra chunk that fits, in the order given."""
+        out: list[tuple[bytes, TokenArray]] = []
+        for chunk in request.extra_context:
+            header = self._chunk_header(request, chunk.path)
+            header_tokens = len(self.tokenizer.tokenize(header))
+            body = self.tokenizer.tokenize(chunk.text)
+            room = budget - header_tokens - (1 if self.fim and self.fim.file_separator else 0)
+            if room <= 16:
+                break
+            body = _head(body, room)
+            out.append((header, body))
+            budget = room - len(body)
+        return out
+
+    def _chunk_header(self, request: CompletionRequest, path: str) -> bytes:
+        if self.fim and self.fim.file_separator is not None:
+            return f"{path}\n".encode()
+        return f"{comment_marker(request.path or path)} {path}\n".encode()
+
+    def _plain_layout(self, chunks: list[tuple[bytes, TokenArray]], prefix: TokenArray) -> list[int]:
+        tokens: list[int] = [] if self.bos is None else [self.bos]
+        for header, body in chunks:
+            tokens += self.tokenizer.tokenize(header).tolist() + body.tolist()
+            tokens += self.tokenizer.tokenize("\n\n").tolist()
+        return tokens + [int(t) for t in prefix]
+
+    def _fim_layout(
+        self,
+        request: CompletionRequest,
+        chunks: list[tuple[bytes, TokenArray]],
+        prefix: TokenArray,
+        suffix: TokenArray,
+    ) -> list[int]:
+        fim = self.fim
+        assert fim is not None
+        tokens: list[int] = [] if self.bos is None else [self.bos]
+        if fim.repository is not None and request.repository:
+            tokens += [fim.repository, *self.tokenizer.tokenize(request.repository + "\n").tolist()]
+        for header, body in chunks:
+            if fim.file_separator is not None:
+                tokens.append(fim.file_separator)
+            tokens += self.tokenizer.tokenize(header).tolist() + body.tolist()
+        if fim.file_separator is not None and (chunks or request.path):
+            tokens.append(fim.file_separator)
+            tokens += self.tokenizer.tokenize(f"{request.path or 'untitled'}\n").tolist()
+        tokens += [fim.prefix, *prefix.tolist(), fim.suffix, *suffix.tolist(), fim.middle]
+        return tokens
+

@@ -1,0 +1,262 @@
+"""The speculative engine with the real default model: every emitted token is the argmax of the
+pass that verified it, speculative output departs from plain greedy decoding only at near-ties,
+the KV cache is reused across requests, cancellation leaves the next request correct, and prompts
+are built as the model expects (fill-in-the-middle with a tiny GGUF written here)."""
+
+from __future__ import annotations
+
+import sysconfig
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lookahead_lsp._lookup import NgramCache
+from lookahead_lsp.engine import (
+    CancelToken,
+    Completion,
+    CompletionRequest,
+    ContextChunk,
+    DecodeOptions,
+    DraftCaches,
+    Engine,
+    EngineSettings,
+    PromptWindows,
+)
+from lookahead_lsp.errors import UserError
+from lookahead_lsp.tokenizer import tokenize_file_text
+from tiny_gguf import write_tiny_gguf
+
+# A margin of the plain run's top two logits below which batch-shape noise may flip the argmax.
+NEAR_TIE = 0.5
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+# (file, a line whose start is the cursor): real code with repetition inside the file.
+TASKS = [
+    ("json/encoder.py", "        if self.indent is not None:"),
+    ("argparse.py", "    def _get_optional_actions(self):"),
+    ("csv.py", "        if self.restval is not None"),
+    ("string.py", "    def check_unused_args("),
+]
+SPECULATIVE_MODES = ("lookup", "lookahead", "auto")
+
+
+@pytest.fixture(scope="module")
+def engine(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    settings = EngineSettings(model_path, n_ctx=2048, cache_dir=tmp_path_factory.mktemp("cost"))
+    loaded = Engine(settings)
+    yield loaded
+    loaded.close()
+
+
+def _task(engine: Engine, name: str, marker: str) -> tuple[CompletionRequest, DraftCaches]:
+    """The file cut at the start of `marker`'s line (first match); its text before the cursor
+    feeds the workspace cache, the text after it feeds nothing."""
+    text = (STDLIB / name).read_text()
+    cut = text.index(marker)
+    prefix = text[:cut]
+    workspace = NgramCache(engine.tokenizer.n_vocab)
+    workspace.add(tokenize_file_text(engine.tokenizer, prefix.encode()))
+    return CompletionRequest(prefix, "", name), DraftCaches(dynamic=workspace)
+
+
+def _run(engine: Engine, request: CompletionRequest, caches: DraftCaches, draft: str, **kw: object) -> Completion:
+    options = DecodeOptions(draft=draft, max_tokens=48, stop_rules=False, trace=True, **kw)  # type: ignore[arg-type]
+    return engine.complete(request, options, caches)
+
+
+def _check_verified(result: Completion) -> None:
+    """Every emitted token is the top logit of the row that verified it."""
+    assert len(result.trace) == len(result.tokens) > 0
+    for step in result.trace:
+        assert step.token == step.top1, step
+
+
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None
+
+
+@pytest.mark.parametrize("name,marker", TASKS)
+def test_speculation_is_lossless_up_to_near_ties(engine: Engine, name: str, marker: str) -> None:
+    request, caches = _task(engine, name, marker)
+    plain = _run(engine, request, caches, "none")
+    _check_verified(plain)
+    assert plain.stats.passes == plain.stats.tokens  # one token per pass
+    for mode in SPECULATIVE_MODES:
+        fast = _run(engine, request, caches, mode)
+        _check_verified(fast)
+        at = _first_difference(plain.tokens, fast.tokens)
+        if at is None:
+            assert fast.tokens[: len(plain.tokens)] == plain.tokens[: len(fast.tokens)]
+        else:
+            margin = plain.trace[at].margin
+            assert margin < NEAR_TIE, f"{mode} departs from plain decoding at token {at}, margin {margin:.3f}"
+
+
+def test_lookup_accepts_drafts_on_repetitive_code(engine: Engine) -> None:
+    # Code that continues a pattern seen just before: drafts must be accepted, several per pass.
+    prefix = "".join(f"    def test_case_{i}(self):\n        self.assertEqual(run({i}), {i})\n\n" for i in range(12))
+    request = CompletionRequest("class T:\n" + prefix, "", "t.py")
+    result = _run(engine, request, DraftCaches(), "lookup")
+    _check_verified(result)
+    assert result.stats.accepted_by_source["context"] > 0
+    assert result.stats.tokens_per_pass > 1.5
+    assert "def test_case_12" in result.text
+
+
+def test_kv_cache_is_reused_for_the_next_keystroke(engine: Engine) -> None:
+    request, caches = _task(engine, *TASKS[0])
+    engine.runtime.clear()
+    cold = _run(engine, request, caches, "none")
+    assert cold.stats.prompt_evaluated == cold.stats.prompt_tokens - 1
+    # The user types two characters: only the changed end of the prompt is evaluated.
+    typed = CompletionRequest(request.prefix + "  ", "", request.path)
+    warm = _run(engine, typed, caches, "none")
+    assert warm.stats.prompt_evaluated <= 4
+    # The same request from an empty cache gives the same completion (up to near-ties).
+    engine.runtime.clear()
+    fresh = _run(engine, typed, caches, "none")
+    assert fresh.stats.prompt_evaluated == fresh.stats.prompt_tokens - 1
+    at = _first_difference(warm.tokens, fresh.tokens)
+    assert at is None or fresh.trace[at].margin < NEAR_TIE
+
+
+def test_cancel_during_generation_leaves_the_next_request_correct(engine: Engine) -> None:
+    request, caches = _task(engine, *TASKS[1])
+    reference = _run(engine, request, caches, "auto")
+    cancel = CancelToken()
+    options = DecodeOptions(draft="lookup", max_tokens=400, stop_rules=False)
+    timer = threading.Timer(0.3, cancel.cancel)
+    timer.start()
+    try:
+        cancelled = engine.complete(CompletionRequest(request.prefix + "\n", "", "x.py"), options, caches, cancel)
+    finally:
+        timer.cancel()
+    assert cancelled.stop_reason == "cancelled"
+    assert 0 < cancelled.stats.tokens < 400
+    again = _run(engine, request, caches, "auto")
+    at = _first_difference(reference.tokens, again.tokens)
+    assert at is None or again.trace[at].margin < NEAR_TIE
+
+
+def test_cancel_before_the_prompt_is_evaluated(engine: Engine) -> None:
+    engine.runtime.clear()
+    request, caches = _task(engine, *TASKS[2])
+    cancel = CancelToken()
+    cancel.cancel()
+    result = engine.complete(request, DecodeOptions(draft="none"), caches, cancel)
+    assert result.stop_reason == "cancelled" and result.text == "" and result.stats.passes == 0
+    # Whatever was evaluated is a prefix of the prompt, so the next request reuses it.
+    after = _run(engine, request, caches, "none")
+    assert after.stats.tokens == 48
+
+
+def test_prefix_only_prompt_for_the_default_model(engine: Engine) -> None:
+    assert not engine.fill_in_the_middle
+    prompt = engine.prompts.build(CompletionRequest("x = 1\n", "y = 2\n", "a.py"), PromptWindows(), 1000)
+    bos = engine.prompts.bos
+    assert bos is not None
+    assert prompt.tokens == [bos, *engine.tokenizer.tokenize("x = 1\n").tolist()]
+
+
+def test_long_prompt_is_cut_from_the_far_end(engine: Engine) -> None:
+    lines = [f"value_{i} = compute({i})\n" for i in range(3000)]
+    request = CompletionRequest("".join(lines), "", "big.py")
+    result = engine.complete(request, DecodeOptions(draft="none", max_tokens=8, stop_rules=False))
+    assert result.stats.prompt_tokens <= 2048
+    assert result.stats.tokens == 8
+    # The near end survives: the model continues the numbering where the text stops.
+    assert result.text.startswith("value_3000")
+
+
+def test_empty_document(engine: Engine) -> None:
+    result = engine.complete(CompletionRequest("", "", "empty.py"), DecodeOptions(max_tokens=8))
+    assert result.stats.prompt_tokens == 1  # the BOS token alone
+    assert isinstance(result.text, str)
+
+
+def test_mid_line_completion_stays_on_its_line(engine: Engine) -> None:
+    request, caches = _task(engine, *TASKS[0])
+    request = CompletionRequest(request.prefix + "        if self.", "", request.path)
+    result = engine.complete(request, DecodeOptions(max_tokens=32), caches)
+    assert "\n" not in result.text
+    assert result.stop_reason in ("stop-rule", "max-tokens", "end-of-generation")
+
+
+def test_missing_model_is_a_one_line_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.gguf"
+    with pytest.raises(UserError, match="nope.gguf"):
+        Engine(EngineSettings(missing))
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"not a model at all")
+    with pytest.raises(UserError, match="garbage.gguf"):
+        Engine(EngineSettings(garbage))
+
+
+def test_cost_model_is_measured_once_and_cached(engine: Engine) -> None:
+    cost = engine.cost_model
+    assert cost.sizes[0] == 1 and all(b >= a for a, b in zip(cost.ms, cost.ms[1:]))
+    assert cost.relative(1) == 1.0 and cost.relative(8) > 1.0
+    files = list((engine.settings.cache_dir or Path()).glob("cost-*.json"))
+    assert len(files) == 1
+
+
+# -- fill-in-the-middle, with a tiny model written by the test -------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_fim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    folder = tmp_path_factory.mktemp("tiny")
+    info = write_tiny_gguf(folder / "tiny-fim.gguf", fim=True, repo_and_file_tokens=True)
+    loaded = Engine(EngineSettings(info.path, n_ctx=512, n_threads=1, cache_dir=folder))
+    yield loaded
+    loaded.close()
+
+
+def test_fim_prompt_layout(tiny_fim: Engine) -> None:
+    fim = tiny_fim.prompts.fim
+    assert fim is not None and fim.file_separator is not None and fim.repository is not None
+    tok = tiny_fim.tokenizer
+    request = CompletionRequest(
+        "def f(x):\n    return ",
+        "\n\nprint(f(2))\n",
+        "pkg/a.py",
+        (ContextChunk("pkg/b.py", "x = 1\n"),),
+        repository="demo",
+    )
+    tokens = tiny_fim.prompts.build(request, PromptWindows(), 400).tokens
+    prefix = tok.tokenize(request.prefix).tolist()
+    suffix = tok.tokenize(request.suffix).tolist()
+    # <repo>demo\n <sep>pkg/b.py\n x = 1\n <sep>pkg/a.py\n <pre>prefix <suf>suffix <mid>
+    expected_tail = [fim.prefix, *prefix, fim.suffix, *suffix, fim.middle]
+    assert tokens[-len(expected_tail) :] == expected_tail
+    head = tokens[: -len(expected_tail)]
+    assert head.count(fim.file_separator) == 2 and head[head.index(fim.repository) + 1 :][:1]
+    assert tok.detokenize(head).decode().endswith("demo\npkg/b.py\nx = 1\npkg/a.py\n")
+
+
+def test_fim_suffix_window_is_bounded(tiny_fim: Engine) -> None:
+    request = CompletionRequest("a = 1\n", "b = 2\n" * 500, "a.py")
+    windows = PromptWindows(prefix_tokens=64, suffix_tokens=20, extra_tokens=0)
+    tokens = tiny_fim.prompts.build(request, windows, 400).tokens
+    fim = tiny_fim.prompts.fim
+    assert fim is not None
+    suffix_part = tokens[tokens.index(fim.suffix) + 1 : tokens.index(fim.middle)]
+    assert 0 < len(suffix_part) <= 20
+
+
+@pytest.mark.parametrize("mode", ("none", "lookup", "lookahead", "auto"))
+def test_every_mode_runs_on_a_fim_model(tiny_fim: Engine, mode: str) -> None:
+    request = CompletionRequest("def f(x):\n    return x\n" * 20, "\n", "a.py")
+    result = tiny_fim.complete(request, DecodeOptions(draft=mode, max_tokens=24, stop_rules=False, trace=True))
+    assert 0 < result.stats.tokens <= 24
+    for step in result.trace:
+        assert step.token == step.top1
+    # The next request starts from a consistent KV cache.
+    again = tiny_fim.complete(request, DecodeOptions(draft="none", max_tokens=24, stop_rules=False))
+    assert again.stats.prompt_evaluated <= 1
+    assert np.all(np.asarray(again.tokens) >= 0)
