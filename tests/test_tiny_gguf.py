@@ -105,12 +105,13 @@ def test_left_out_tokens_are_null(
 def test_code_tokenizes_into_pieces(full: Loaded) -> None:
     _info, _model, vocab = full
 
-    tokens = _tokenize(vocab, "def x", parse_special=False)
+    # No space prefix is added: a leading space is the text's own.
+    tokens = _tokenize(vocab, " def x", parse_special=False)
     assert [_text(vocab, token) for token in tokens] == [SPACE + "def", SPACE + "x"]
 
     # A character without a piece falls back to its UTF-8 bytes.
     tokens = _tokenize(vocab, "é", parse_special=False)
-    assert [_text(vocab, token) for token in tokens] == [SPACE, "<0xC3>", "<0xA9>"]
+    assert [_text(vocab, token) for token in tokens] == ["<0xC3>", "<0xA9>"]
 
 
 def test_fim_texts_parse_as_fim_tokens(full: Loaded) -> None:

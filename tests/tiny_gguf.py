@@ -153,7 +153,8 @@ def write_tiny_gguf(
     # Stated explicitly, as Llama's own GGUFs do, rather than left to llama.cpp's defaults.
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_add_space_prefix(True)
+    # Like the BPE tokenizers of FIM code models: a piece tokenized on its own gets no space.
+    writer.add_add_space_prefix(False)
     for key, text in (
         (gguf.Keys.Tokenizer.FIM_PRE_ID, FIM_PRE_TEXT),
         (gguf.Keys.Tokenizer.FIM_SUF_ID, FIM_SUF_TEXT),
