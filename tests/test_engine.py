@@ -264,3 +264,19 @@ def test_every_mode_runs_on_a_fim_model(tiny_fim: Engine, mode: str) -> None:
     again = tiny_fim.complete(request, DecodeOptions(draft="none", max_tokens=24, stop_rules=False))
     assert again.stats.prompt_evaluated <= 1
     assert np.all(np.asarray(again.tokens) >= 0)
+
+
+def test_typing_the_start_of_a_completion_drafts_its_rest(engine: Engine) -> None:
+    prefix = "class T:\n" + "".join(
+        f"    def test_case_{i}(self):\n        self.assertEqual(run({i}), {i})\n\n" for i in range(6)
+    )
+    first = engine.complete(CompletionRequest(prefix, "", "t.py"), DecodeOptions(draft="none", max_tokens=24, stop_rules=False))
+    # The user types the suggestion's first word (a whole token: a prompt ending inside a token
+    # makes the model continue that token instead).
+    typed = first.text[: first.text.index("def") + 3]
+    options = DecodeOptions(draft="auto", max_tokens=24, stop_rules=False, trace=True)
+    second = engine.complete(CompletionRequest(prefix + typed, "", "t.py"), options)
+    _check_verified(second)
+    assert second.stats.accepted_by_source["previous"] > 0
+    assert second.stats.passes < second.stats.tokens
+    assert first.text[len(typed) :].startswith(second.text[:10])

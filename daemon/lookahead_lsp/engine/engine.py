@@ -27,12 +27,15 @@ from lookahead_lsp.engine.policy import AcceptanceModel, best_draft_length
 from lookahead_lsp.engine.prompt import CompletionRequest, FimTokens, PromptBuilder, PromptWindows
 from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, ModelRuntime, RuntimeSettings
 from lookahead_lsp.engine.stopping import Stopper
-from lookahead_lsp.engine.tree import SOURCES, WINDOW, DraftTree
+from lookahead_lsp.engine.tree import PREVIOUS, SOURCES, WINDOW, DraftTree
 from lookahead_lsp.engine.window import LookaheadShape, LookaheadWindow
 
 DRAFT_MODES = ("none", "lookup", "lookahead", "auto")
 # Prompt tokens per llama_decode call: the granularity of cancelling a cold prompt (~0.2 s here).
 PREFILL_CHUNK = 128
+# A prompt tail this short that the KV cache lacks is evaluated in the first step's pass rather
+# than in a pass of its own: the next keystroke then costs one pass less.
+_MAX_LEAD = 8
 # auto: the longest draft considered, and the pass cost at which a lookahead window is "free".
 _AUTO_MAX_DRAFT = 16
 _AUTO_WINDOW_SHAPES = (LookaheadShape(8, 4, 8), LookaheadShape(4, 4, 4), LookaheadShape(2, 3, 2))
@@ -177,6 +180,8 @@ class Engine:
         self.prompts = PromptBuilder(self.tokenizer, self._bos(), self._fim_tokens())
         self.acceptance = AcceptanceModel()
         self._cost: CostModel | None = None
+        # The last request's text before the cursor and everything it generated.
+        self.last: tuple[str, str] | None = None
 
     @property
     def cost_model(self) -> CostModel:
@@ -205,7 +210,20 @@ class Engine:
             _ = self.cost_model  # measured before the clock of this completion matters
             start = time.perf_counter()
         run = _Run(self, request, options, caches, cancelled, start)
-        return run.execute()
+        result = run.execute()
+        self.last = (request.prefix, run.generated_text())
+        return result
+
+    def previous_continuation(self, prefix: str) -> str:
+        """What the last completion predicted after `prefix`, when the user typed the beginning
+        of it since: its remaining text (else "")."""
+        if self.last is None:
+            return ""
+        last_prefix, last_text = self.last
+        if not prefix.startswith(last_prefix):
+            return ""
+        typed = prefix[len(last_prefix) :]
+        return last_text[len(typed) :] if last_text.startswith(typed) else ""
 
     def _bos(self) -> int | None:
         rt = self.runtime
@@ -256,6 +274,8 @@ class _Run:
         self.history: list[int] = []
         self.context = NgramCache(self.rt.n_vocab)
         self.cut: int | None = None
+        self.lead: list[int] = []  # prompt tokens still to evaluate, in the first step's pass
+        self.previous: list[int] = []  # the rest of the last completion, drafted first
 
     def _step_room(self) -> int:
         """Positions one step may use beyond the current token."""
@@ -273,8 +293,13 @@ class _Run:
         self.stats.prompt_tokens = len(prompt.tokens)
         if not prompt.tokens:
             return self._finish("end-of-generation")
+        known = prompt.tokens[:-1]
+        cached = rt.common_prefix(known)
+        if 0 < len(known) - cached <= _MAX_LEAD:
+            self.lead = known[cached:]
+            known = known[:cached]
         try:
-            self.stats.prompt_evaluated = rt.prefill(prompt.tokens[:-1], PREFILL_CHUNK, self.cancelled)
+            self.stats.prompt_evaluated = rt.prefill(known, PREFILL_CHUNK, self.cancelled) + len(self.lead)
         except Cancelled:
             self.stats.ms_prompt = self._elapsed_ms()
             return self._finish("cancelled")
@@ -283,6 +308,9 @@ class _Run:
         for source in prompt.sources:
             self.context.add(source)
         self.history = list(prompt.tokens)
+        rest = self.engine.previous_continuation(self.request.prefix)
+        if rest:
+            self.previous = self.engine.tokenizer.tokenize(rest).tolist()
         if o.draft == "lookahead":
             self.window = LookaheadWindow(o.lookahead, prompt.tokens)
         elif o.draft == "auto":
@@ -318,7 +346,14 @@ class _Run:
         tree = DraftTree()
         step = _Step(tree, window=self.window)
         dynamic, static = self.caches.dynamic, self.caches.static
-        if o.draft in ("lookup", "lookahead") and room and o.lookup_branches:
+        if self.previous and room and o.draft != "none":
+            previous = self.previous[:room]
+            if o.draft == "auto":
+                evidence = np.array([[PREVIOUS, 0, 1, 1]] * len(previous), dtype=np.int64)
+                k = best_draft_length(self.engine.acceptance.probabilities(evidence), self.engine.cost_model)
+                previous, step.evidence = previous[:k], evidence[:k]
+            tree.add_path(previous, [PREVIOUS] * len(previous), len(previous))
+        elif o.draft in ("lookup", "lookahead") and room and o.lookup_branches:
             n = min(o.lookup_draft, room)
             tokens, parents, evidence = draft_tree(tail, n, o.lookup_branches, self.context, dynamic, static)
             tree.add_tree(tokens.tolist(), parents.tolist(), evidence[:, 0].tolist(), n * o.lookup_branches)
@@ -362,6 +397,10 @@ class _Run:
         root_seqs = list(range(n_branch_seqs))
         if step.window is not None:
             root_seqs += [n_branch_seqs + i for i in range(step.window.shape.width)]
+        lead, self.lead = self.lead, []
+        for i, token in enumerate(lead):
+            batch.add(token, n_past + i, root_seqs, False)
+        n_past += len(lead)
         root_row = batch.add(pending, n_past, root_seqs, True)
         rows = [batch.add(tok, n_past + 1 + tree.depth(i), node_seqs[i], True) for i, tok in enumerate(tree.tokens)]
         if step.window is not None:
@@ -382,7 +421,7 @@ class _Run:
         accepted = [tree.tokens[node] for node in path]
         bonus_row = rows[path[-1]] if path else root_row
         keep_seq = node_seqs[path[-1]][0] if path else MAIN_SEQ
-        rt.accept_branch(keep_seq, [pending, *accepted], len(used_seqs) > 1)
+        rt.accept_branch(keep_seq, [*lead, pending, *accepted], len(used_seqs) > 1)
         if step.window is not None:
             step.window.update([choices[r] for r in step.window.output_rows])
         if step.evidence is not None:
@@ -391,6 +430,8 @@ class _Run:
             self.engine.acceptance.decline(step.offered)
 
         new = [*accepted, choices[bonus_row]]
+        # The last completion's rest stays a draft only while the model keeps agreeing with it.
+        self.previous = self.previous[len(new) :] if self.previous[: len(new)] == new else []
         verifying_rows = [root_row, *(rows[node] for node in path)]
         reason = None
         for i, token in enumerate(new):
@@ -410,7 +451,7 @@ class _Run:
         self.context.add(np.asarray(tail, dtype=np.int32), first=len(tail) - len(new))
         self.stats.ms_draft += (time.perf_counter() - t) * 1000
         if reason is None and self.options.stop_rules:
-            self.cut = self.stopper.check(self._text())
+            self.cut = self.stopper.check(self.generated_text())
             if self.cut is not None:
                 reason = "stop-rule"
         return reason
@@ -426,11 +467,11 @@ class _Run:
 
     # -- the result --------------------------------------------------------------------------
 
-    def _text(self) -> str:
+    def generated_text(self) -> str:
         return self.engine.tokenizer.detokenize(self.generated).decode("utf-8", "ignore")
 
     def _finish(self, reason: str) -> Completion:
-        text = self._text()
+        text = self.generated_text()
         if self.cut is not None:
             text = text[: self.cut]
         elif reason in ("max-tokens", "time-budget") and self.options.stop_rules and "\n" in text.strip():

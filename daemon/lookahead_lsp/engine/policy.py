@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lookahead_lsp.engine.cost_model import CostModel
+from lookahead_lsp.engine.tree import PREVIOUS
 
 Evidence = npt.NDArray[np.int64]  # (n, 4): source, n-gram size, count, total
 
@@ -24,6 +25,7 @@ Evidence = npt.NDArray[np.int64]  # (n, 4): source, n-gram size, count, total
 _PRIOR_WEIGHT = 2.0
 # Per declined offer, observations of that bucket decay by this factor (back towards the prior).
 _DECAY_WHEN_UNUSED = 0.97
+_PREVIOUS_PRIOR = 0.9
 _COUNT_EDGES = (1, 2, 4, 8)  # buckets: 1, 2-3, 4-7, 8+
 _SHARE_EDGES = (0.5, 0.7, 0.85, 0.97)  # buckets by the chosen follower's share of its key
 
@@ -43,8 +45,11 @@ def _key(row: Sequence[int]) -> tuple[int, int, int, int]:
 
 def prior_probability(row: Sequence[int]) -> float:
     """Before any observation: the follower's share of its key, discounted for thin evidence
-    (a follower seen once is right about half the time)."""
-    _, _, count, total = (int(x) for x in row)
+    (a follower seen once is right about half the time); the model's own last completion, when
+    the user typed its beginning, is nearly always right."""
+    source, _, count, total = (int(x) for x in row)
+    if source == PREVIOUS:
+        return _PREVIOUS_PRIOR
     share = count / total if total else 0.0
     return share * count / (count + 1.0)
 

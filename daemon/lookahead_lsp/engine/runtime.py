@@ -172,12 +172,17 @@ class ModelRuntime:
     def keep_prefix(self, tokens: Sequence[int]) -> int:
         """Drops every cell after the longest common prefix of the cache and `tokens`; returns
         its length (the number of tokens that need no evaluation)."""
+        n = self.common_prefix(tokens)
+        self.truncate(n)
+        return n
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of `tokens` the cache holds already."""
         n = 0
         limit = min(len(self.kv_tokens), len(tokens))
         kv = self.kv_tokens
         while n < limit and kv[n] == tokens[n]:
             n += 1
-        self.truncate(n)
         return n
 
     def truncate(self, n_keep: int) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-# Indices into SOURCES; the first three are the lookup core's evidence source ids.
-SOURCES = ("context", "workspace", "repository", "window")
+# Indices into SOURCES; the first three are the lookup core's evidence source ids. "previous":
+# the rest of the last completion, when the user has typed its beginning.
+SOURCES = ("context", "workspace", "repository", "window", "previous")
 WINDOW = 3
+PREVIOUS = 4
 
 
 @dataclass

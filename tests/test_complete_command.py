@@ -1,0 +1,82 @@
+"""`lookahead-lsp complete FILE:LINE:COL` through the installed command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lookahead_lsp.complete_command import split_at
+from lookahead_lsp.errors import UserError
+
+SAMPLE = Path(__file__).parent.parent / "examples" / "sample-project"
+
+
+def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).parent / "lookahead-lsp"), *args]
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=False)
+
+
+def test_json_completion_of_the_sample_project(tmp_path: Path) -> None:
+    target = SAMPLE / "shop" / "orders.py"
+    done = _cli("complete", f"{target}:18:9", "--workspace", str(SAMPLE), "--json", cache=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert set(out) == {"completion", "stats", "stop_reason"}
+    stats = out["stats"]
+    for key in ("tokens", "passes", "tokens_per_pass", "accepted_by_source", "ms_prompt", "ms_draft",
+                "ms_model", "ms_total", "tokens_per_s"):
+        assert key in stats
+    assert stats["tokens"] > 0 and out["completion"].strip()
+    # The body of remove_line, drafted from the workspace's similar methods.
+    assert "quantity" in out["completion"]
+
+
+def test_exact_token_count_without_stop_rules(tmp_path: Path) -> None:
+    target = SAMPLE / "shop" / "inventory.py"
+    done = _cli("complete", f"{target}:20:9", "--draft", "none", "--max-tokens", "12", "--no-stop-rules",
+                "--json", cache=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stats"]["tokens"] == 12
+
+
+@pytest.mark.parametrize(
+    "position,message",
+    [("nofile.py:1:1", "cannot read"), ("{sample}:999:1", "past the end"), ("{sample}:0:1", "start at 1"),
+     ("{sample}", "FILE:LINE:COL")],
+)
+def test_bad_positions_are_one_line_errors(tmp_path: Path, position: str, message: str) -> None:
+    done = _cli("complete", position.format(sample=SAMPLE / "shop" / "orders.py"), "--draft", "none",
+                cache=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_missing_model_names_the_path(tmp_path: Path) -> None:
+    done = _cli("complete", f"{SAMPLE / 'shop' / 'orders.py'}:1:1", "--model", str(tmp_path / "m.gguf"),
+                cache=tmp_path)
+    assert done.returncode == 2 and "m.gguf" in done.stderr
+
+
+def test_non_utf8_file_completes(tmp_path: Path) -> None:
+    source = tmp_path / "latin1.py"
+    source.write_bytes("# caf\xe9\nname = 'caf\xe9'\nprint(name)\n".encode("latin-1"))
+    done = _cli("complete", f"{source}:3:7", "--draft", "none", "--max-tokens", "4", "--json", cache=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stats"]["tokens"] > 0
+
+
+def test_split_at_clamps_columns_and_handles_line_ends() -> None:
+    doc = "ab\r\ncd\n"
+    assert split_at(doc, 1, 2, "f").prefix == "a"
+    assert split_at(doc, 1, 99, "f").prefix == "ab"  # clamped to the line's end, before \r\n
+    assert split_at(doc, 2, 1, "f").prefix == "ab\r\n"
+    assert split_at(doc, 3, 1, "f") == split_at(doc, 3, 5, "f")  # the empty last line
+    assert split_at("", 1, 1, "f").prefix == ""
+    with pytest.raises(UserError):
+        split_at(doc, 4, 1, "f")
