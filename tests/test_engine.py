@@ -280,3 +280,23 @@ def test_typing_the_start_of_a_completion_drafts_its_rest(engine: Engine) -> Non
     assert second.stats.accepted_by_source["previous"] > 0
     assert second.stats.passes < second.stats.tokens
     assert first.text[len(typed) :].startswith(second.text[:10])
+
+
+def test_auto_widens_where_passes_are_cheap(engine: Engine) -> None:
+    """On a machine whose passes cost nearly the same whatever their width (a GPU), auto runs a
+    lookahead window and longer drafts; on this CPU's measured curve it runs none."""
+    from lookahead_lsp.engine.cost_model import CostModel
+
+    request, caches = _task(engine, *TASKS[3])
+    measured = engine.cost_model
+    cpu = _run(engine, request, caches, "auto")
+    assert cpu.stats.lookahead_window is None or measured.relative(25) <= 1.1
+    engine._cost = CostModel((1, 8, 64), (10.0, 10.2, 10.8))
+    try:
+        wide = _run(engine, request, caches, "auto")
+    finally:
+        engine._cost = measured
+    _check_verified(wide)
+    assert wide.stats.lookahead_window == "W8 N4 G8"
+    at = _first_difference(cpu.tokens, wide.tokens)
+    assert at is None or cpu.trace[at].margin < NEAR_TIE

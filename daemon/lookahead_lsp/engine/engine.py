@@ -87,6 +87,7 @@ class CompletionStats:
     passes: int = 0
     accepted_by_source: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SOURCES})
     drafted: int = 0  # candidate tokens sent to the model
+    lookahead_window: str | None = None  # the Jacobi window's shape, "W4 N4 G4", when one ran
     prompt_tokens: int = 0
     prompt_evaluated: int = 0  # of which not found in the KV cache
     ms_prompt: float = 0.0
@@ -111,6 +112,7 @@ class CompletionStats:
             "tokens_per_pass": round(self.tokens_per_pass, 3),
             "accepted_by_source": dict(self.accepted_by_source),
             "drafted": self.drafted,
+            "lookahead_window": self.lookahead_window,
             "prompt_tokens": self.prompt_tokens,
             "prompt_evaluated": self.prompt_evaluated,
             "ms_prompt": round(self.ms_prompt, 2),
@@ -315,6 +317,9 @@ class _Run:
             self.window = LookaheadWindow(o.lookahead, prompt.tokens)
         elif o.draft == "auto":
             self.window = self._auto_window(prompt.tokens)
+        if self.window is not None:
+            shape = self.window.shape
+            self.stats.lookahead_window = f"W{shape.width} N{shape.ngram} G{shape.candidates}"
         self.stats.ms_draft += (time.perf_counter() - t) * 1000
         return self._finish(self._decode_loop())
 
