@@ -1,0 +1,307 @@
+"""Keeps a WorkspaceIndex current with its folder: file system events (watchdog) and events
+forwarded by the editor (LSP workspace/didChangeWatchedFiles, through notify) go into one
+debounced queue, and each batch is applied to the index on the watcher's own thread.
+
+A batch is collected for `debounce_s` from its first event and coalesced per path: a path
+deleted at any point in the window is applied as deleted (which re-reads the path and anything
+indexed under it, so it covers a later re-creation too), otherwise as changed; a move counts as
+the source deleted and the destination changed. The same change reported by both sources
+therefore costs one update when both land in one window, and in different windows the second
+finds the file's stamp or content unchanged and tokenizes nothing.
+
+When events may have been lost (watchdog reports an overflow of the kernel's queue, an event
+thread died, applying a batch failed) the watcher rescans the folder with index_folder, which
+re-tokenizes only what changed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal
+
+from watchdog.events import (
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+    FileSystemMovedEvent,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+
+from lookahead_lsp.workspace.index import IndexStats, Outcome, WorkspaceIndex
+
+# LSP's FileChangeType, by name.
+EventKind = Literal["created", "changed", "deleted"]
+_Action = Literal["change", "delete"]
+
+_log = logging.getLogger(__name__)
+
+# The events worth a look: writes, creations, deletions and renames. A folder created or moved
+# in yields events for the files inside it; a folder deleted or moved away only its own.
+_EVENT_FILTER: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatcherSettings:
+    """debounce_s: how long a batch collects events from its first one; health_check_s: how
+    often an idle watcher checks that watchdog's threads still run."""
+
+    debounce_s: float = 0.15
+    health_check_s: float = 1.0
+
+
+@dataclass
+class BatchReport:
+    """What one applied batch did: `paths` distinct paths after coalescing, and the outcome
+    counts of the files they touched; `rescan` holds the stats of a rescan instead."""
+
+    paths: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    ignored: int = 0
+    rescan: IndexStats | None = None
+
+    def count(self, outcome: Outcome) -> None:
+        if outcome == "updated":
+            self.updated += 1
+        elif outcome == "unchanged":
+            self.unchanged += 1
+        elif outcome == "removed":
+            self.removed += 1
+        else:
+            self.ignored += 1
+
+
+class WorkspaceWatcher:
+    """Watches the root of a WorkspaceIndex (which must have its root and tokenizer) and feeds
+    it. Call start() after or while the index is first built, stop() when done."""
+
+    def __init__(
+        self,
+        index: WorkspaceIndex,
+        settings: WatcherSettings | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> None:
+        """on_batch is called on the watcher's thread after each applied batch."""
+        if index.root is None:
+            raise ValueError("the index has no root folder")
+        self._index = index
+        self._root = index.root
+        self._settings = settings or WatcherSettings()
+        self._on_batch = on_batch
+        self._condition = threading.Condition()
+        self._pending: dict[Path, _Action] = {}
+        self._rescan = False
+        self._batch_started: float | None = None
+        self._stopping = False
+        self._observer: BaseObserver | None = None
+        self._thread: threading.Thread | None = None
+        self._trouble = _WatchdogTrouble(self)
+
+    @property
+    def watching(self) -> bool:
+        """Whether file system events are being received (notify works regardless)."""
+        observer = self._observer
+        return observer is not None and _healthy(observer)
+
+    def start(self) -> None:
+        """Starts watching; OSError when the folder cannot be watched."""
+        with self._condition:
+            if self._thread is not None or self._stopping:
+                raise RuntimeError("a watcher starts once")
+            self._observer = self._start_observer()
+            self._thread = threading.Thread(
+                target=self._run, name=f"watch {self._root.name}", daemon=True
+            )
+        logging.getLogger("watchdog").addHandler(self._trouble)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops watching and waits for the threads; events not yet applied are dropped. A
+        rescan in progress is cancelled between files. Idempotent."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify_all()
+            observer, self._observer = self._observer, None
+        logging.getLogger("watchdog").removeHandler(self._trouble)
+        if observer is not None:
+            _stop_observer(observer)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def notify(self, path: Path | str, kind: EventKind) -> None:
+        """An event from another source (the editor's file watcher), queued with the rest."""
+        self._queue(Path(os.path.abspath(path)), "delete" if kind == "deleted" else "change")
+
+    def request_rescan(self) -> None:
+        """Rescans the folder in the next batch instead of applying single events."""
+        with self._condition:
+            self._rescan = True
+            self._open_batch()
+
+    # Queueing (any thread)
+
+    def _on_event(self, event: FileSystemEvent) -> None:
+        source = Path(os.fsdecode(event.src_path))
+        if isinstance(event, FileSystemMovedEvent):
+            self._queue(source, "delete")
+            self._queue(Path(os.fsdecode(event.dest_path)), "change")
+        elif isinstance(event, (FileDeletedEvent, DirDeletedEvent)):
+            self._queue(source, "delete")
+        else:
+            self._queue(source, "change")
+
+    def _queue(self, path: Path, action: _Action) -> None:
+        if self._index.excludes(path):
+            return
+        with self._condition:
+            if self._pending.get(path) != "delete":
+                self._pending[path] = action
+            self._open_batch()
+
+    def _open_batch(self) -> None:
+        """Starts the debounce clock with a batch's first event (condition held)."""
+        if self._batch_started is None:
+            self._batch_started = time.monotonic()
+            self._condition.notify_all()
+
+    # The watcher's thread
+
+    def _run(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            pending, rescan = batch
+            if pending or rescan:
+                self._apply(pending, rescan)
+            self._check_health()
+
+    def _next_batch(self) -> tuple[dict[Path, _Action], bool] | None:
+        """The next debounced batch; an empty one after an idle health-check interval; None
+        when stopping."""
+        with self._condition:
+            self._condition.wait_for(
+                lambda: self._stopping or self._batch_started is not None,
+                timeout=self._settings.health_check_s,
+            )
+            if self._batch_started is not None and not self._stopping:
+                remaining = self._batch_started + self._settings.debounce_s - time.monotonic()
+                self._condition.wait_for(lambda: self._stopping, timeout=max(remaining, 0.0))
+            if self._stopping:
+                return None
+            batch = (self._pending, self._rescan)
+            self._pending, self._rescan, self._batch_started = {}, False, None
+            return batch
+
+    def _apply(self, pending: dict[Path, _Action], rescan: bool) -> None:
+        report = BatchReport(paths=len(pending))
+        try:
+            if rescan:
+                report.rescan = self._index.index_folder(cancelled=self._is_stopping)
+            else:
+                self._apply_events(pending, report)
+        except Exception:  # the thread must outlive any one batch; the index may be off now
+            _log.exception("updating the index of %s failed", self._root)
+            if not rescan:
+                self.request_rescan()
+            return
+        self._report(report)
+
+    def _apply_events(self, pending: dict[Path, _Action], report: BatchReport) -> None:
+        for path, action in pending.items():
+            if self._is_stopping():
+                return
+            if action == "delete":
+                outcomes = self._index.apply_disk_delete(path)
+            else:
+                outcomes = [self._index.apply_disk_change(path)]
+            for outcome in outcomes:
+                report.count(outcome)
+
+    def _report(self, report: BatchReport) -> None:
+        if self._on_batch is None:
+            return
+        try:
+            self._on_batch(report)
+        except Exception:  # the caller's hook must not end the watcher's thread
+            _log.exception("the batch callback failed")
+
+    def _check_health(self) -> None:
+        """Restarts watchdog when one of its threads died (events were lost: rescan)."""
+        observer = self._observer
+        if observer is None or _healthy(observer):
+            return
+        _log.warning("file watching of %s stopped; restarting it and rescanning", self._root)
+        _stop_observer(observer)
+        try:
+            replacement: BaseObserver | None = self._start_observer()
+        except OSError as error:
+            _log.warning("cannot watch %s any more (%s)", self._root, error)
+            replacement = None
+        with self._condition:
+            if self._stopping:
+                if replacement is not None:
+                    _stop_observer(replacement)
+                return
+            self._observer = replacement
+        self.request_rescan()
+
+    def _start_observer(self) -> BaseObserver:
+        observer = Observer()
+        observer.schedule(
+            _Handler(self._on_event), str(self._root), recursive=True, event_filter=_EVENT_FILTER
+        )
+        observer.start()
+        return observer
+
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, queue: Callable[[FileSystemEvent], None]) -> None:
+        self._queue = queue
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        # Runs on watchdog's thread, which an exception would end: queueing never raises.
+        self._queue(event)
+
+
+class _WatchdogTrouble(logging.Handler):
+    """watchdog reports a kernel queue overflow (events lost) only as a logged warning; this
+    handler on its logger turns any warning or error of its observers into a rescan."""
+
+    def __init__(self, watcher: WorkspaceWatcher) -> None:
+        super().__init__(level=logging.WARNING)
+        self._watcher = watcher
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith("watchdog.observers"):
+            self._watcher.request_rescan()
+
+
+def _healthy(observer: BaseObserver) -> bool:
+    return observer.is_alive() and all(emitter.is_alive() for emitter in observer.emitters)
+
+
+def _stop_observer(observer: BaseObserver) -> None:
+    observer.stop()
+    if observer.is_alive():
+        observer.join()
