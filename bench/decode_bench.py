@@ -10,8 +10,9 @@ least 80 % of the plain continuation's tokens complete a 4-gram already in the w
 file before the cursor included).
 
 Also measured: warm request latency (one more character typed after a completion, KV reused, a
-one-line completion of up to 16 tokens) and, with --upstream-bin, upstream llama.cpp's
-llama-simple (plain) and llama-lookup (n_draft 3) on the same prompts.
+one-line completion of up to 16 tokens) and, with --upstream-bin, upstream llama.cpp on the same
+tasks: llama-bench (plain decoding at the prompt's depth, same threads) and llama-lookup
+(n_draft 3, the same prompt window).
 
     .venv/bin/python bench/decode_bench.py [--tasks 20] [--upstream-bin DIR]
 """
@@ -39,6 +40,7 @@ from lookahead_lsp.engine import (
     DraftCaches,
     Engine,
     EngineSettings,
+    PromptWindows,
 )
 from lookahead_lsp.engine.prompt import stable_prefix_start
 from lookahead_lsp.models import resolve_model_path
@@ -186,38 +188,36 @@ def warm_latency(engine: Engine, task: Task, workspaces: Workspaces) -> float:
     return engine.complete(CompletionRequest(typed, "", task.path.name), options, caches).stats.ms_total
 
 
-def upstream_speeds(bin_dir: Path, model: Path, task: Task, max_tokens: int, threads: int) -> dict[str, float]:
-    """Decode tokens/s of llama-simple and llama-lookup (n_draft 3) on the task's prompt window."""
+def upstream_speeds(
+    bin_dir: Path, model: Path, task: Task, max_tokens: int, threads: int, depth: int
+) -> dict[str, float]:
+    """Upstream llama.cpp on the task: plain decoding (llama-bench, tg at the prompt's depth,
+    same threads) and llama-lookup (n_draft 3) on the same prompt window, decode tokens/s."""
     prefix = task.text[: task.cursor]
     window = prefix[stable_prefix_start(prefix, 1536 * 4) :]
     out: dict[str, float] = {}
+    plain = subprocess.run(
+        [str(bin_dir / "llama-bench"), "-m", str(model), "-p", "0", "-n", str(max_tokens), "-t", str(threads),
+         "-d", str(depth), "-r", "1", "-o", "json"],
+        capture_output=True, text=True, errors="replace", check=False,
+    )
+    try:
+        out["llama-bench"] = float(json.loads(plain.stdout)[0]["avg_ts"])
+    except (ValueError, KeyError, IndexError):
+        out["llama-bench"] = float("nan")
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as prompt_file:
         prompt_file.write(window)
         prompt_file.flush()
-        simple = subprocess.run(
-            [str(bin_dir / "llama-simple"), "-m", str(model), "-n", str(max_tokens), window],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        out["llama-simple"] = _eval_speed(simple.stderr + simple.stdout)
         lookup = subprocess.run(
             [
                 str(bin_dir / "llama-lookup"), "-m", str(model), "-f", prompt_file.name,
-                "-n", str(max_tokens), "--draft-max", "3", "-t", str(threads), "--temp", "0",
+                "-n", str(max_tokens), "--spec-draft-n-max", "3", "-t", str(threads), "--temp", "0",
                 "-c", "4096", "--ignore-eos",
             ],
-            capture_output=True,
-            text=True,
-            check=False,
+            capture_output=True, text=True, errors="replace", check=False,
         )
         out["llama-lookup"] = _decoded_speed(lookup.stderr + lookup.stdout)
     return out
-
-
-def _eval_speed(log: str) -> float:
-    match = re.search(r"eval time =.*?([\d.]+) tokens per second", log.split("prompt eval time")[-1])
-    return float(match.group(1)) if match else float("nan")
 
 
 def _decoded_speed(log: str) -> float:
@@ -245,14 +245,15 @@ def report(results: list[TaskResult], latencies: list[float], cost: object) -> d
     summary["none_tokens_per_s"] = round(_median([r.tokens_per_s["none"] for r in results]), 2)
     upstream = [r.upstream for r in results if r.upstream]
     if upstream:
-        simple = [u["llama-simple"] for u in upstream]
-        summary["upstream_simple_tokens_per_s"] = round(_median(simple), 2)
-        summary["none_vs_upstream_simple"] = round(
-            _median([r.tokens_per_s["none"] / r.upstream["llama-simple"] for r in results if r.upstream]), 3
+        plain = [u["llama-bench"] for u in upstream]
+        summary["upstream_plain_tokens_per_s"] = round(_median(plain), 2)
+        summary["none_vs_upstream_plain"] = round(
+            _median([r.tokens_per_s["none"] / r.upstream["llama-bench"] for r in results if r.upstream]), 3
         )
-        summary["upstream_lookup_vs_simple"] = round(
-            _median([u["llama-lookup"] / u["llama-simple"] for u in upstream]), 3
-        )
+        lookup = [u["llama-lookup"] / u["llama-bench"] for u in upstream]
+        summary["upstream_lookup_vs_plain"] = {
+            "median": round(_median(lookup), 3), "worst": round(min(lookup), 3), "best": round(max(lookup), 3)
+        }
     if latencies:
         summary["warm_latency_ms_p50"] = round(float(np.percentile(latencies, 50)), 1)
         summary["warm_latency_ms_p95"] = round(float(np.percentile(latencies, 95)), 1)
@@ -281,8 +282,11 @@ def main() -> int:
     for i, task in enumerate(tasks):
         result = run_task(engine, task, i, args.max_tokens, workspaces)
         if args.upstream_bin:
+            depth = engine.prompts.build(
+                CompletionRequest(task.text[: task.cursor], "", task.path.name), PromptWindows(), 4096
+            ).tokens
             result.upstream = upstream_speeds(
-                args.upstream_bin, model, task, args.max_tokens, engine.runtime.settings.threads
+                args.upstream_bin, model, task, args.max_tokens, engine.runtime.settings.threads, len(depth)
             )
         results.append(result)
         cells = [f"{result.tokens_per_s['none']:7.1f}/s"] + [f"{result.ratio(m):8.2f}x" for m in MODES[1:]]
