@@ -20,7 +20,7 @@ LLAMA_CMAKE_ARGS_default :=
 LLAMA_WHEELS := $(HOME)/.cache/lookahead-lsp/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOUR)
 LLAMA_STAMP := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOUR)
 
-.PHONY: install test sanitize demo bench clean
+.PHONY: install test test-tools sanitize demo bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,13 @@ install: $(PY) $(LLAMA_STAMP)
 	$(PIP) install --quiet scikit-build-core 'pybind11>=3,<4'
 	$(PIP) install --quiet --no-build-isolation '.[test]'
 
-test: install
+# Neovim (Debian's) is the "other editor" of the LSP tests; installed when missing and possible.
+test-tools:
+	@command -v nvim >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq neovim >/dev/null) || \
+		echo "neovim could not be installed: its test will be skipped"
+
+test: install test-tools
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory sanitize
 

@@ -33,6 +33,12 @@ def _complete(args: argparse.Namespace) -> int:
     return complete(args)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from lookahead_lsp.serve_command import serve
+
+    return serve(args)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lookahead-lsp", description=__doc__)
     parser.add_argument("--version", action="version", version=f"lookahead-lsp {__version__}")
@@ -115,6 +121,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     comp.add_argument("--json", action="store_true", help="print one JSON object: completion and stats")
     comp.set_defaults(run=_complete)
+
+    srv = commands.add_parser("serve", help="run the language server (stdio unless --tcp)")
+    srv.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio (host 127.0.0.1 if omitted)")
+    srv.add_argument(
+        "--allow-remote", action="store_true", help="allow --tcp on a host other than the loopback"
+    )
+    srv.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    srv.add_argument(
+        "--cache-dir", metavar="DIR", help="where the cost model and the workspace indexes are kept (~/.cache/lookahead-lsp)"
+    )
+    srv.set_defaults(run=_serve)
     return parser
 
 

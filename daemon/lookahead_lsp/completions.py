@@ -1,0 +1,149 @@
+"""Scheduling completion requests onto the one model: a single worker thread, a short debounce,
+newer requests for a document superseding older ones, and an LRU of recent suggestions so that
+typing the beginning of a suggestion is answered without the model."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from lookahead_lsp.engine import CancelToken
+
+T = TypeVar("T")
+
+# How much of the text after the cursor must match for a cached suggestion to apply.
+_SUFFIX_KEY_CHARS = 200
+
+
+@dataclass
+class _Job(Generic[T]):
+    key: str
+    run: Callable[[CancelToken], T]
+    cancel: CancelToken
+    future: Future[T | None]
+    not_before: float
+
+
+class CompletionWorker(Generic[T]):
+    """Runs jobs one at a time on its own thread. A job waits `debounce_s` before it starts; a
+    newer job with the same key supersedes the older one, which resolves to None (cancelled
+    while running: its CancelToken is set and its own result, if any, is dropped)."""
+
+    def __init__(self, debounce_s: float = 0.03) -> None:
+        self.debounce_s = debounce_s
+        self._lock = threading.Condition()
+        self._queue: list[_Job[T]] = []
+        self._running: _Job[T] | None = None
+        self._stopped = False
+        self.superseded = 0
+        self._thread = threading.Thread(target=self._loop, name="lookahead-model", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: str, run: Callable[[CancelToken], T]) -> Future[T | None]:
+        job: _Job[T] = _Job(key, run, CancelToken(), Future(), time.monotonic() + self.debounce_s)
+        with self._lock:
+            if self._stopped:
+                job.future.set_result(None)
+                return job.future
+            self._drop(key)
+            self._queue.append(job)
+            self._lock.notify_all()
+        return job.future
+
+    def cancel(self, key: str) -> None:
+        with self._lock:
+            self._drop(key)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for job in self._queue:
+                job.future.set_result(None)
+            self._queue.clear()
+            if self._running is not None:
+                self._running.cancel.cancel()
+            self._lock.notify_all()
+        self._thread.join(timeout=10)
+
+    def _drop(self, key: str) -> None:
+        """Supersedes every job with this key, queued or running (lock held)."""
+        for job in [j for j in self._queue if j.key == key]:
+            self._queue.remove(job)
+            job.future.set_result(None)
+            self.superseded += 1
+        if self._running is not None and self._running.key == key:
+            self._running.cancel.cancel()
+            self.superseded += 1
+
+    def _next(self) -> _Job[T] | None:
+        with self._lock:
+            while True:
+                if self._stopped:
+                    return None
+                if self._queue:
+                    job = self._queue[0]
+                    wait = job.not_before - time.monotonic()
+                    if wait <= 0:
+                        self._queue.pop(0)
+                        self._running = job
+                        return job
+                    self._lock.wait(wait)
+                else:
+                    self._lock.wait()
+
+    def _loop(self) -> None:
+        while (job := self._next()) is not None:
+            try:
+                result = job.run(job.cancel)
+            except BaseException as error:  # handed to the waiting request, never lost
+                with self._lock:
+                    self._running = None
+                job.future.set_exception(error)
+                continue
+            with self._lock:
+                self._running = None
+            job.future.set_result(None if job.cancel.cancelled else result)
+
+
+@dataclass(frozen=True)
+class _Suggestion:
+    prefix: str
+    suffix_key: str
+    text: str
+
+
+class SuggestionCache:
+    """The last few suggestions per document. A request whose text before the cursor extends a
+    cached suggestion's by characters that begin that suggestion (the user typed them) is
+    answered with the rest of it."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[str, str], _Suggestion] = OrderedDict()
+
+    def store(self, uri: str, prefix: str, suffix: str, text: str) -> None:
+        if not text:
+            return
+        key = (uri, prefix[-64:])
+        self._entries[key] = _Suggestion(prefix, suffix[:_SUFFIX_KEY_CHARS], text)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def lookup(self, uri: str, prefix: str, suffix: str) -> str | None:
+        suffix_key = suffix[:_SUFFIX_KEY_CHARS]
+        for (entry_uri, _), entry in reversed(self._entries.items()):
+            if entry_uri != uri or entry.suffix_key != suffix_key or not prefix.startswith(entry.prefix):
+                continue
+            typed = prefix[len(entry.prefix) :]
+            if len(typed) < len(entry.text) and entry.text.startswith(typed):
+                return entry.text[len(typed) :]
+        return None
+
+    def clear(self) -> None:
+        self._entries.clear()

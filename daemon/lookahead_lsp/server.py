@@ -1,0 +1,306 @@
+"""The language server: LSP messages in, calls of LookaheadService out. Handlers stay thin; the
+service holds the model, the workspace indexes and the completion worker.
+
+Features: textDocument/inlineCompletion (LSP 3.18), textDocument/completion (one item, for
+editors without inline completion), incremental document sync, workspace folders,
+didChangeConfiguration, didChangeWatchedFiles, and the request lookahead/status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.workspace import TextDocument
+
+from lookahead_lsp import __version__
+from lookahead_lsp.service import Answer, LookaheadService
+
+STATUS_REQUEST = "lookahead/status"
+_LOG = logging.getLogger(__name__)
+_LEVELS = (
+    (logging.ERROR, types.MessageType.Error),
+    (logging.WARNING, types.MessageType.Warning),
+    (logging.INFO, types.MessageType.Info),
+)
+
+
+def _message_type(level: int) -> types.MessageType:
+    return next((kind for at, kind in _LEVELS if level >= at), types.MessageType.Log)
+
+
+def uri_to_path(uri: str) -> Path | None:
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    return Path(unquote(parsed.path))
+
+
+class _EditorChannel:
+    """The service's way back to the editor, from any thread: everything is handed to the
+    server's event loop."""
+
+    def __init__(self, server: LookaheadServer) -> None:
+        self.server = server
+        self._progress_started: set[str] = set()
+
+    def _call(self, fn: Callable[[], None]) -> None:
+        loop = self.server.event_loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(fn)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+
+    def log(self, level: int, message: str) -> None:
+        _LOG.log(level, "%s", message)
+        self._call(lambda: self.server.window_log_message(
+            types.LogMessageParams(type=_message_type(level), message=message)))
+
+    def show(self, level: int, message: str) -> None:
+        _LOG.log(level, "%s", message)
+        self._call(lambda: self.server.window_show_message(
+            types.ShowMessageParams(type=_message_type(level), message=message)))
+
+    def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None:
+        self._call(lambda: self._progress(token, title, message, percent, done))
+
+    def _progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None:
+        progress = self.server.work_done_progress
+        if token not in self._progress_started:
+            if done:
+                return
+            self._progress_started.add(token)
+            if self.server.supports_progress:
+                progress.create(token)
+            progress.begin(token, types.WorkDoneProgressBegin(title=title, message=message, percentage=percent))
+        elif done:
+            self._progress_started.discard(token)
+            progress.end(token, types.WorkDoneProgressEnd(message=message))
+        else:
+            progress.report(token, types.WorkDoneProgressReport(message=message, percentage=percent))
+
+
+class LookaheadServer(LanguageServer):
+    def __init__(self, cache_dir: Path | None = None) -> None:
+        super().__init__("lookahead-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.service = LookaheadService(_EditorChannel(self), cache_dir)
+        self.supports_progress = False
+        # The loop the server runs on, known from the first message: other threads hand their
+        # messages for the editor to it.
+        self.event_loop: asyncio.AbstractEventLoop | None = None
+
+
+def cursor_offset(document: TextDocument, position: types.Position) -> int:
+    """The character offset of an LSP position, clamped into the document: a line past the end
+    means the end, a character past its line's end (or inside a UTF-16 surrogate pair) the
+    nearest valid place."""
+    lines = document.lines
+    if position.line >= len(lines):
+        return len(document.source)
+    line = lines[position.line]
+    body = len(line.rstrip("\r\n"))
+    try:
+        server = document.position_codec.position_from_client_units(lines, position)
+        column = min(server.character, body)
+    except (ValueError, IndexError):
+        column = body
+    return sum(len(x) for x in lines[: position.line]) + column
+
+
+def _line_start(text: str, offset: int) -> int:
+    return text.rfind("\n", 0, offset) + 1
+
+
+def _word_start(text: str, offset: int) -> int:
+    start = offset
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return start
+
+
+def build_server(cache_dir: Path | None = None) -> LookaheadServer:
+    server = LookaheadServer(cache_dir)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: LookaheadServer, params: types.InitializeParams) -> None:
+        ls.event_loop = asyncio.get_running_loop()
+        window = params.capabilities.window
+        ls.supports_progress = bool(window and window.work_done_progress)
+        ls.service.configure(params.initialization_options)
+        folders = params.workspace_folders or []
+        roots = [uri_to_path(f.uri) for f in folders]
+        if not folders and params.root_uri:
+            roots = [uri_to_path(params.root_uri)]
+        for root in roots:
+            if root is not None and root.is_dir():
+                ls.service.add_folder(root)
+
+    @server.feature(types.INITIALIZED)
+    def initialized(ls: LookaheadServer, params: types.InitializedParams) -> None:
+        ls.service.start_model()
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: LookaheadServer, params: None) -> None:
+        ls.service.shutdown()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(ls: LookaheadServer, params: types.DidChangeConfigurationParams) -> None:
+        ls.service.configure(params.settings)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+    def did_change_folders(ls: LookaheadServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+        for folder in params.event.removed:
+            if (path := uri_to_path(folder.uri)) is not None:
+                ls.service.remove_folder(path)
+        for folder in params.event.added:
+            if (path := uri_to_path(folder.uri)) is not None and path.is_dir():
+                ls.service.add_folder(path)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: LookaheadServer, params: types.DidChangeWatchedFilesParams) -> None:
+        kinds = {types.FileChangeType.Created: "created", types.FileChangeType.Changed: "changed",
+                 types.FileChangeType.Deleted: "deleted"}
+        for change in params.changes:
+            if (path := uri_to_path(change.uri)) is not None:
+                ls.service.disk_event(path, kinds.get(change.type, "changed"))
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: LookaheadServer, params: types.DidOpenTextDocumentParams) -> None:
+        doc = params.text_document
+        ls.service.open_document(doc.uri, uri_to_path(doc.uri), doc.text)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: LookaheadServer, params: types.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        document = ls.workspace.get_text_document(uri)
+        line = 0
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                line = change.range.end.line
+        ls.service.change_document(uri, uri_to_path(uri), document.source, line)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: LookaheadServer, params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        ls.service.close_document(uri, uri_to_path(uri))
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(
+        ls: LookaheadServer, params: types.InlineCompletionParams
+    ) -> types.InlineCompletionList | None:
+        document = _document(ls, params.text_document.uri)
+        if document is None:
+            return None
+        text = document.source
+        offset = cursor_offset(document, params.position)
+        selected = params.context.selected_completion_info
+        replace_start = offset
+        if selected is not None:
+            # Complete as if the item selected in the editor's completion list were accepted,
+            # and offer its text followed by ours.
+            start = cursor_offset(document, selected.range.start)
+            end = max(start, cursor_offset(document, selected.range.end))
+            text = text[:start] + selected.text + text[end:]
+            offset, replace_start = start + len(selected.text), start
+        answer = await _answer(ls, params.text_document.uri, document, text, offset)
+        if answer is None or not answer.text:
+            return types.InlineCompletionList(items=[])
+        # The item replaces the line up to the cursor, so the editor keeps showing it while the
+        # user types the beginning of it.
+        line_start = _line_start(text, replace_start)
+        typed = text[line_start:offset]
+        start_position = document.client_position_at_offset(line_start) if line_start <= len(document.source) else params.position
+        item = types.InlineCompletionItem(
+            insert_text=typed + answer.text,
+            filter_text=typed,
+            range=types.Range(start=start_position, end=params.position),
+        )
+        return types.InlineCompletionList(items=[item])
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION)
+    async def completion(ls: LookaheadServer, params: types.CompletionParams) -> types.CompletionList | None:
+        document = _document(ls, params.text_document.uri)
+        if document is None:
+            return None
+        text = document.source
+        offset = cursor_offset(document, params.position)
+        answer = await _answer(ls, params.text_document.uri, document, text, offset)
+        if answer is None or not answer.text:
+            return types.CompletionList(is_incomplete=True, items=[])
+        word_start = _word_start(text, offset)
+        new_text = text[word_start:offset] + answer.text
+        label = new_text.splitlines()[0] if new_text.strip() else new_text
+        item = types.CompletionItem(
+            label=label[:80] or new_text[:80],
+            kind=types.CompletionItemKind.Text,
+            detail="lookahead-lsp",
+            filter_text=new_text,
+            text_edit=types.TextEdit(
+                range=types.Range(start=document.client_position_at_offset(word_start), end=params.position),
+                new_text=new_text,
+            ),
+        )
+        return types.CompletionList(is_incomplete=True, items=[item])
+
+    @server.feature(STATUS_REQUEST)
+    def status(ls: LookaheadServer, params: Any) -> dict[str, Any]:
+        return ls.service.status()
+
+    return server
+
+
+def _document(ls: LookaheadServer, uri: str) -> TextDocument | None:
+    """The open document, else the file on disk; None for anything else."""
+    document: TextDocument | None = ls.workspace.text_documents.get(uri)
+    if document is not None:
+        return document
+    path = uri_to_path(uri)
+    if path is None or not path.is_file():
+        return None
+    try:
+        return TextDocument(uri, source=path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+
+
+async def _answer(ls: LookaheadServer, uri: str, document: TextDocument, text: str, offset: int) -> Answer | None:
+    future = ls.service.complete(uri, uri_to_path(uri), text, offset, document.language_id or "")
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        # $/cancelRequest, or the client went away: stop the model's work for it too.
+        ls.service.worker.cancel(uri)
+        ls.service.note_cancelled()
+        raise
+    except Exception as error:  # a failed completion answers nothing; the daemon goes on
+        _LOG.error("completion failed: %s", error)
+        return None
+
+
+def serve(tcp: tuple[str, int] | None, cache_dir: Path | None = None) -> int:
+    """Runs the server on stdio (or TCP) until exit; saves the indexes on the way out, also on
+    SIGTERM or a closed stdin."""
+    server = build_server(cache_dir)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        server.service.shutdown()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        if tcp is not None:
+            server.start_tcp(*tcp)
+        else:
+            server.start_io(sys.stdin.buffer, sys.stdout.buffer)
+    finally:
+        server.service.shutdown()
+    return 0

@@ -1,0 +1,267 @@
+"""The language server end to end: a real LSP client (pytest-lsp) drives `lookahead-lsp serve`
+over stdio with the real default model: a workspace folder indexed with progress, inline
+completions while typing, the fallback completion, superseded requests, configuration,
+the file watcher, bad input, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+SAMPLE = Path(__file__).parent.parent / "examples" / "sample-project"
+# Shared by every server the tests start: the cost model is measured once.
+CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
+SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--log-level", "info", "--cache-dir", str(CACHE)]
+CONFIG = ClientServerConfig(server_command=SERVER, server_env=dict(os.environ))
+
+ORDERS = "shop/orders.py"
+# The client capabilities a 3.18 editor declares; pytest-lsp's bundled profiles predate inline
+# completion.
+CAPABILITIES = types.ClientCapabilities(
+    text_document=types.TextDocumentClientCapabilities(
+        inline_completion=types.InlineCompletionClientCapabilities(dynamic_registration=False),
+        completion=types.CompletionClientCapabilities(),
+        synchronization=types.TextDocumentSyncClientCapabilities(),
+    ),
+    window=types.WindowClientCapabilities(work_done_progress=True),
+    workspace=types.WorkspaceClientCapabilities(workspace_folders=True, configuration=False),
+)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(SAMPLE, root)
+    return root
+
+
+async def _start(client: LanguageClient, root: Path, options: dict[str, Any] | None = None) -> None:
+    await client.initialize_session(
+        types.InitializeParams(
+            capabilities=CAPABILITIES,
+            workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
+            initialization_options=options,
+        )
+    )
+
+
+async def _status(client: LanguageClient) -> dict[str, Any]:
+    result = await client.protocol.send_request_async("lookahead/status", None)
+    return _plain(result)
+
+
+def _plain(value: Any) -> Any:
+    """A status object as plain dicts (pygls hands back named tuples)."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+async def _until(check: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def _ready(client: LanguageClient) -> dict[str, Any]:
+    async def ready() -> bool:
+        status = await _status(client)
+        return status["model_state"] != "loading" and status["index"]["state"] == "ready"
+
+    await _until(ready)
+    return await _status(client)
+
+
+def _open(client: LanguageClient, path: Path, text: str | None = None) -> str:
+    uri = path.as_uri()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=uri, language_id="python", version=1, text=path.read_text() if text is None else text
+            )
+        )
+    )
+    return uri
+
+
+def _insert(client: LanguageClient, uri: str, version: int, line: int, character: int, text: str) -> None:
+    at = types.Position(line=line, character=character)
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=text)],
+        )
+    )
+
+
+def _inline(client: LanguageClient, uri: str, line: int, character: int) -> Awaitable[Any]:
+    return client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=character),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+        )
+    )
+
+
+@pytest_lsp.fixture(config=CONFIG)
+async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
+    yield lsp_client
+    if not lsp_client.error:
+        await lsp_client.shutdown_session()
+
+
+@pytest.mark.asyncio
+async def test_inline_completions_while_typing(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace)
+    status = await _ready(client)
+    assert status["model_state"] == "ready" and status["model"].endswith(".gguf")
+    assert status["index"]["files"] == 2 and status["index"]["tokens"] > 0
+    # Indexing reported work-done progress, begin to end.
+    assert any(
+        isinstance(reports[0], types.WorkDoneProgressBegin) and isinstance(reports[-1], types.WorkDoneProgressEnd)
+        for reports in client.progress_reports.values()
+        if reports
+    )
+    uri = _open(client, workspace / ORDERS)
+    result = await _inline(client, uri, 17, 8)
+    assert result is not None and len(result.items) == 1
+    item = result.items[0]
+    assert item.insert_text.strip() and item.range is not None
+    assert item.range.end == types.Position(line=17, character=8)
+    # Type the first characters of the suggestion: the next request still answers (from the
+    # suggestion cache when they match it).
+    first = item.insert_text.lstrip()[:2]
+    _insert(client, uri, 2, 17, 8, first)
+    again = await _inline(client, uri, 17, 8 + len(first))
+    assert again is not None and len(again.items) == 1
+    status = await _status(client)
+    completions = status["completions"]
+    assert completions["served"] + completions["from_cache"] >= 2
+    assert status["last"]["tokens"] > 0 and "tokens_per_s" in status["last"]
+
+
+@pytest.mark.asyncio
+async def test_completion_fallback_item(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace)
+    await _ready(client)
+    uri = _open(client, workspace / ORDERS)
+    result = await client.text_document_completion_async(
+        types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=17, character=8))
+    )
+    assert isinstance(result, types.CompletionList) and len(result.items) == 1
+    edit = result.items[0].text_edit
+    assert isinstance(edit, types.TextEdit) and edit.new_text.strip()
+
+
+@pytest.mark.asyncio
+async def test_newer_request_supersedes_older(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace, {"maxTokens": 128, "timeBudgetMs": None})
+    await _ready(client)
+    uri = _open(client, workspace / ORDERS)
+    older = asyncio.ensure_future(_inline(client, uri, 17, 8))
+    await asyncio.sleep(0.3)
+    _insert(client, uri, 2, 17, 8, "i")
+    newer = await _inline(client, uri, 17, 9)
+    superseded = await older
+    assert superseded is not None and not superseded.items
+    assert newer is not None
+    status = await _status(client)
+    assert status["completions"]["cancelled"] >= 1
+
+
+@pytest.mark.asyncio
+async def test_configuration_is_validated(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace, {"draft": "lookup", "noSuchKey": 1})
+    await _ready(client)
+    assert (await _status(client))["draft"] == "lookup"
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"lookahead": {"draft": "sideways", "maxTokens": 16}})
+    )
+    await _until(lambda: _async(any("sideways" in m.message for m in client.messages)))
+    assert any("noSuchKey" in m.message for m in client.messages)
+    assert (await _status(client))["draft"] == "lookup"  # the bad value was refused
+
+
+async def _async(value: bool) -> bool:
+    return value
+
+
+@pytest.mark.asyncio
+async def test_watcher_follows_the_disk(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace)
+    before = (await _ready(client))["index"]
+
+    async def index() -> dict[str, Any]:
+        return dict((await _status(client))["index"])
+
+    new = workspace / "shop" / "payments.py"
+    new.write_text("def pay(order, amount):\n    return order.total_cents() - amount\n")
+    await _until(lambda: _has(index, lambda i: i["files"] == before["files"] + 1))
+    grown = await index()
+    new.write_text(new.read_text() * 3)
+    await _until(lambda: _has(index, lambda i: i["tokens"] > grown["tokens"]))
+    new.rename(workspace / "shop" / "billing.py")
+    await _until(lambda: _has(index, lambda i: i["files"] == before["files"] + 1))
+    (workspace / "shop" / "billing.py").unlink()
+    await _until(lambda: _has(index, lambda i: i["files"] == before["files"] and i["tokens"] == before["tokens"]))
+
+
+async def _has(get: Callable[[], Awaitable[dict[str, Any]]], test: Callable[[dict[str, Any]], bool]) -> bool:
+    return test(await get())
+
+
+@pytest.mark.asyncio
+async def test_bad_requests_leave_the_server_answering(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace)
+    await _ready(client)
+    # A document never opened and not on disk, a position far past the end, a character in
+    # the middle of nowhere: answered, not crashed.
+    missing = await _inline(client, (workspace / "nope.py").as_uri(), 0, 0)
+    assert missing is None
+    uri = _open(client, workspace / ORDERS)
+    past = await _inline(client, uri, 10_000, 5)
+    assert past is not None
+    wide = await _inline(client, uri, 3, 10_000)
+    assert wide is not None
+    with pytest.raises(Exception):
+        await client.protocol.send_request_async("lookahead/no-such-method", None)
+    # A binary file opened in the editor does not enter the index.
+    binary = workspace / "blob.py"
+    binary.write_bytes(b"\x00\x01\x02" * 100)
+    _open(client, binary, text="\x00\x01\x02" * 100)
+    status = await _status(client)
+    assert status["index"]["files"] == 2
+    result = await _inline(client, uri, 17, 8)
+    assert result is not None and len(result.items) == 1
+
+
+@pytest.mark.asyncio
+async def test_missing_model_is_reported_once_and_answers_nothing(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace, {"modelPath": str(workspace / "missing.gguf")})
+    status = await _ready(client)
+    assert status["model_state"] == "error" and "missing.gguf" in status["model_error"]
+    uri = _open(client, workspace / ORDERS)
+    for _ in range(2):
+        result = await _inline(client, uri, 17, 8)
+        assert result is not None and not result.items
+    errors = [m for m in client.messages if m.type == types.MessageType.Error]
+    assert len(errors) == 1 and "missing.gguf" in errors[0].message
