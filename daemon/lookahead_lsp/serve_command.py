@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -56,4 +57,10 @@ def serve(args: argparse.Namespace) -> int:
     logging.getLogger("pygls").setLevel(quiet)
     from lookahead_lsp.server import serve as run_server
 
-    return run_server(tcp, Path(args.cache_dir) if args.cache_dir else None)
+    code = run_server(tcp, Path(args.cache_dir) if args.cache_dir else None)
+    # Everything is saved by now. pygls reads stdin on a pool thread that a SIGTERM leaves
+    # blocked, and the interpreter would wait for it at exit: leave without waiting.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -97,6 +98,16 @@ class LookaheadServer(LanguageServer):
         # The loop the server runs on, known from the first message: other threads hand their
         # messages for the editor to it.
         self.event_loop: asyncio.AbstractEventLoop | None = None
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """Malformed messages and handler failures: one line in the log, not a pop-up per
+        occurrence; the server goes on with the next message."""
+        message = f"{type(error).__name__}: {error}".splitlines()[0]
+        _LOG.warning("%s", message)
+        try:
+            self.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=message))
+        except Exception:  # the connection itself may be what failed
+            pass
 
 
 def cursor_offset(document: TextDocument, position: types.Position) -> int:
@@ -292,8 +303,11 @@ def serve(tcp: tuple[str, int] | None, cache_dir: Path | None = None) -> int:
     server = build_server(cache_dir)
 
     def on_sigterm(signum: int, frame: object) -> None:
+        # pygls would wait for its stdin reader thread, which a SIGTERM leaves blocked: save,
+        # then leave at once.
         server.service.shutdown()
-        raise SystemExit(0)
+        logging.shutdown()
+        os._exit(0)
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
