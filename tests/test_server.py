@@ -265,3 +265,23 @@ async def test_missing_model_is_reported_once_and_answers_nothing(client: Langua
         assert result is not None and not result.items
     errors = [m for m in client.messages if m.type == types.MessageType.Error]
     assert len(errors) == 1 and "missing.gguf" in errors[0].message
+
+
+@pytest.mark.asyncio
+async def test_cancel_request_stops_the_model(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace, {"maxTokens": 256, "timeBudgetMs": None, "debounceMs": 0})
+    await _ready(client)
+    uri = _open(client, workspace / ORDERS)
+    params = types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        position=types.Position(line=17, character=8),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+    )
+    pending = client.protocol.send_request_async(types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id="cancel-me")
+    await asyncio.sleep(0.5)
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="cancel-me"))
+    with pytest.raises(Exception, match="cancel"):
+        await pending
+    await _until(lambda: _has(lambda: _status(client), lambda s: s["completions"]["cancelled"] >= 1))
+    after = await _inline(client, uri, 17, 8)
+    assert after is not None
