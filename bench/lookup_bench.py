@@ -22,13 +22,12 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from lookahead_lsp._lookup import NgramCache, StaticCache, StaticCacheBuilder, replay
+from lookahead_lsp._lookup import NgramCache, StaticCache, replay
 from lookahead_lsp.models import resolve_model_path
 from lookahead_lsp.tokenizer import Tokenizer, tokenize_files
 
