@@ -44,8 +44,11 @@ class CompletionWorker(Generic[T]):
         self._thread = threading.Thread(target=self._loop, name="lookahead-model", daemon=True)
         self._thread.start()
 
-    def submit(self, key: str, run: Callable[[CancelToken], T]) -> Future[T | None]:
-        job: _Job[T] = _Job(key, run, CancelToken(), Future(), time.monotonic() + self.debounce_s)
+    def submit(self, key: str, run: Callable[[CancelToken], T], debounce: bool = True) -> Future[T | None]:
+        """Queues run(cancel) under key; debounce=False (an explicit request) starts it as soon
+        as the worker is free."""
+        delay = self.debounce_s if debounce else 0.0
+        job: _Job[T] = _Job(key, run, CancelToken(), Future(), time.monotonic() + delay)
         with self._lock:
             if self._stopped:
                 job.future.set_result(None)

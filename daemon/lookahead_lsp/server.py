@@ -222,7 +222,8 @@ def build_server(cache_dir: Path | None = None) -> LookaheadServer:
             end = max(start, cursor_offset(document, selected.range.end))
             text = text[:start] + selected.text + text[end:]
             offset, replace_start = start + len(selected.text), start
-        answer = await _answer(ls, params.text_document.uri, document, text, offset)
+        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        answer = await _answer(ls, params.text_document.uri, document, text, offset, invoked)
         if answer is None or not answer.text:
             return types.InlineCompletionList(items=[])
         # The item replaces the line up to the cursor, so the editor keeps showing it while the
@@ -244,7 +245,7 @@ def build_server(cache_dir: Path | None = None) -> LookaheadServer:
             return None
         text = document.source
         offset = cursor_offset(document, params.position)
-        answer = await _answer(ls, params.text_document.uri, document, text, offset)
+        answer = await _answer(ls, params.text_document.uri, document, text, offset, invoked=True)
         if answer is None or not answer.text:
             return types.CompletionList(is_incomplete=True, items=[])
         word_start = _word_start(text, offset)
@@ -283,8 +284,10 @@ def _document(ls: LookaheadServer, uri: str) -> TextDocument | None:
         return None
 
 
-async def _answer(ls: LookaheadServer, uri: str, document: TextDocument, text: str, offset: int) -> Answer | None:
-    future = ls.service.complete(uri, uri_to_path(uri), text, offset, document.language_id or "")
+async def _answer(
+    ls: LookaheadServer, uri: str, document: TextDocument, text: str, offset: int, invoked: bool
+) -> Answer | None:
+    future = ls.service.complete(uri, uri_to_path(uri), text, offset, document.language_id or "", invoked)
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:

@@ -349,9 +349,12 @@ class LookaheadService:
 
     # -- completions ---------------------------------------------------------------------------
 
-    def complete(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> Future[Answer | None]:
+    def complete(
+        self, uri: str, path: Path | None, text: str, offset: int, language: str, invoked: bool = False
+    ) -> Future[Answer | None]:
         """The completion at `offset` of `text`: from the suggestion cache at once, else from
-        the model on its worker (superseding this document's earlier request)."""
+        the model on its worker (superseding this document's earlier request). invoked: the
+        user asked explicitly (no debounce)."""
         prefix, suffix = text[:offset], text[offset:]
         done: Future[Answer | None] = Future()
         if language in self.settings.disabled_languages:
@@ -373,7 +376,9 @@ class LookaheadService:
         )
         folder = self.folder_of(path)
         caches = DraftCaches(folder.index.cache, folder.static) if folder is not None else DraftCaches()
-        return self.worker.submit(uri, lambda cancel: self._run(uri, request, options, caches, cancel))
+        return self.worker.submit(
+            uri, lambda cancel: self._run(uri, request, options, caches, cancel), debounce=not invoked
+        )
 
     def _run(
         self, uri: str, request: CompletionRequest, options: DecodeOptions, caches: DraftCaches, cancel: CancelToken
