@@ -149,7 +149,16 @@ async def type_files(files: list[Path], root: Path, lines: int, seed: int) -> tu
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
-    return result, json.loads(json.dumps(final, default=lambda o: o._asdict() if hasattr(o, "_asdict") else str(o)))
+    return result, _plain(final)
+
+
+def _plain(value: Any) -> Any:
+    """pygls hands back custom responses as named tuples: plain dicts for printing."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def main() -> int:

@@ -75,13 +75,14 @@ class _EditorChannel:
         self._call(lambda: self._progress(token, title, message, percent, done))
 
     def _progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None:
+        if not self.server.supports_progress:
+            return  # the client did not declare window.workDoneProgress
         progress = self.server.work_done_progress
         if token not in self._progress_started:
             if done:
                 return
             self._progress_started.add(token)
-            if self.server.supports_progress:
-                progress.create(token)
+            progress.create(token)
             progress.begin(token, types.WorkDoneProgressBegin(title=title, message=message, percentage=percent))
         elif done:
             self._progress_started.discard(token)
