@@ -269,19 +269,32 @@ async def test_missing_model_is_reported_once_and_answers_nothing(client: Langua
 
 @pytest.mark.asyncio
 async def test_cancel_request_stops_the_model(client: LanguageClient, workspace: Path) -> None:
-    await _start(client, workspace, {"maxTokens": 256, "timeBudgetMs": None, "debounceMs": 0})
+    await _start(client, workspace, {"maxTokens": 64, "timeBudgetMs": None, "debounceMs": 0})
     await _ready(client)
-    uri = _open(client, workspace / ORDERS)
-    params = types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri),
-        position=types.Position(line=17, character=8),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+    busy_uri = _open(client, workspace / ORDERS)
+    other_uri = _open(client, workspace / "shop" / "inventory.py")
+
+    def params(uri: str, line: int) -> types.InlineCompletionParams:
+        return types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=8),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+
+    # The model is busy with the first request; the second waits for it and is cancelled there.
+    busy = asyncio.ensure_future(
+        client.protocol.send_request_async(types.TEXT_DOCUMENT_INLINE_COMPLETION, params(busy_uri, 17))
     )
-    pending = client.protocol.send_request_async(types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id="cancel-me")
-    await asyncio.sleep(0.5)
+    waiting = asyncio.ensure_future(
+        client.protocol.send_request_async(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, params(other_uri, 20), msg_id="cancel-me"
+        )
+    )
+    await asyncio.sleep(0.05)  # both sent
     client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="cancel-me"))
     with pytest.raises(Exception, match="cancel"):
-        await pending
+        await waiting
+    assert await busy is not None
     await _until(lambda: _has(lambda: _status(client), lambda s: s["completions"]["cancelled"] >= 1))
-    after = await _inline(client, uri, 17, 8)
+    after = await _inline(client, other_uri, 20, 8)
     assert after is not None

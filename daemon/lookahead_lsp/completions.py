@@ -8,7 +8,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -51,7 +51,7 @@ class CompletionWorker(Generic[T]):
         job: _Job[T] = _Job(key, run, CancelToken(), Future(), time.monotonic() + delay)
         with self._lock:
             if self._stopped:
-                job.future.set_result(None)
+                _resolve(job.future, None)
                 return job.future
             self._drop(key)
             self._queue.append(job)
@@ -66,7 +66,7 @@ class CompletionWorker(Generic[T]):
         with self._lock:
             self._stopped = True
             for job in self._queue:
-                job.future.set_result(None)
+                _resolve(job.future, None)
             self._queue.clear()
             if self._running is not None:
                 self._running.cancel.cancel()
@@ -77,7 +77,7 @@ class CompletionWorker(Generic[T]):
         """Supersedes every job with this key, queued or running (lock held)."""
         for job in [j for j in self._queue if j.key == key]:
             self._queue.remove(job)
-            job.future.set_result(None)
+            _resolve(job.future, None)
             self.superseded += 1
         if self._running is not None and self._running.key == key:
             self._running.cancel.cancel()
@@ -90,6 +90,10 @@ class CompletionWorker(Generic[T]):
                     return None
                 if self._queue:
                     job = self._queue[0]
+                    if job.future.cancelled():  # its request went away while it waited
+                        self._queue.pop(0)
+                        self.superseded += 1
+                        continue
                     wait = job.not_before - time.monotonic()
                     if wait <= 0:
                         self._queue.pop(0)
@@ -106,11 +110,23 @@ class CompletionWorker(Generic[T]):
             except BaseException as error:  # handed to the waiting request, never lost
                 with self._lock:
                     self._running = None
-                job.future.set_exception(error)
+                try:
+                    job.future.set_exception(error)
+                except InvalidStateError:
+                    pass
                 continue
             with self._lock:
                 self._running = None
-            job.future.set_result(None if job.cancel.cancelled else result)
+            _resolve(job.future, None if job.cancel.cancelled else result)
+
+
+def _resolve(future: Future[T | None], value: T | None) -> None:
+    """Sets a result unless the waiting side has cancelled the future (it may do so at any
+    moment, from its own thread)."""
+    try:
+        future.set_result(value)
+    except InvalidStateError:
+        pass
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ def serve(args: argparse.Namespace) -> int:
     # Everything is saved by now. pygls reads stdin on a pool thread that a SIGTERM leaves
     # blocked, and the interpreter would wait for it at exit: leave without waiting.
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (ValueError, OSError):  # closed by the transport already
+            pass
     os._exit(code)
