@@ -40,7 +40,7 @@ struct DraftEvidence {
     DraftSource source = DraftSource::context;
     uint8_t ngram = 0;
     uint32_t count = 0;
-    uint32_t sum = 0;
+    uint64_t sum = 0;
 };
 
 // Drafts up to n_draft tokens following known[0..n_known) into out. Decisions:

@@ -1,0 +1,363 @@
+// Pure logic of the extension: no `vscode` import here, so it runs (and is tested) under plain Node.
+
+import * as path from 'path';
+
+export type DraftMode = 'auto' | 'none' | 'lookup' | 'lookahead';
+const DRAFT_MODES: readonly DraftMode[] = ['auto', 'none', 'lookup', 'lookahead'];
+
+/** The `lookahead.*` settings, as the extension uses them. */
+export interface LookaheadSettings {
+  enable: boolean;
+  serverCommand: string[];
+  pythonPath: string;
+  modelPath: string;
+  draft: DraftMode;
+  maxTokens: number;
+  timeBudgetMs: number;
+  contextSize: number;
+  prefixTokens: number;
+  suffixTokens: number;
+  extraContextTokens: number;
+  staticCachePath: string;
+  ignoreGlobs: string[];
+  threads: number | null;
+  debounceMs: number;
+  disabledLanguages: string[];
+}
+
+export const DEFAULT_SETTINGS: Readonly<LookaheadSettings> = Object.freeze({
+  enable: true,
+  serverCommand: [],
+  pythonPath: '',
+  modelPath: '',
+  draft: 'auto',
+  maxTokens: 64,
+  timeBudgetMs: 2000,
+  contextSize: 4096,
+  prefixTokens: 1536,
+  suffixTokens: 256,
+  extraContextTokens: 512,
+  staticCachePath: '',
+  ignoreGlobs: [],
+  threads: null,
+  debounceMs: 75,
+  disabledLanguages: [],
+});
+
+function strings(value: unknown, fallback: string[]): string[] {
+  return Array.isArray(value) && value.every((v) => typeof v === 'string') ? [...value] : [...fallback];
+}
+
+function integer(value: unknown, fallback: number): number {
+  return typeof value === 'number' && Number.isFinite(value) ? Math.round(value) : fallback;
+}
+
+function text(value: unknown, fallback: string): string {
+  return typeof value === 'string' ? value.trim() : fallback;
+}
+
+/** Settings from a getter (VS Code's WorkspaceConfiguration.get); a value of the wrong type
+ * falls back to the default, so a hand-edited settings.json cannot break the extension. */
+export function readSettings(get: (key: string) => unknown): LookaheadSettings {
+  const d = DEFAULT_SETTINGS;
+  const draft = get('draft');
+  const threads = get('threads');
+  const timeBudget = get('timeBudgetMs');
+  return {
+    enable: typeof get('enable') === 'boolean' ? (get('enable') as boolean) : d.enable,
+    serverCommand: strings(get('serverCommand'), d.serverCommand).filter((s) => s !== ''),
+    pythonPath: text(get('pythonPath'), d.pythonPath),
+    modelPath: text(get('modelPath'), d.modelPath),
+    draft: DRAFT_MODES.includes(draft as DraftMode) ? (draft as DraftMode) : d.draft,
+    maxTokens: integer(get('maxTokens'), d.maxTokens),
+    timeBudgetMs: typeof timeBudget === 'number' && timeBudget > 0 ? timeBudget : d.timeBudgetMs,
+    contextSize: integer(get('contextSize'), d.contextSize),
+    prefixTokens: integer(get('prefixTokens'), d.prefixTokens),
+    suffixTokens: integer(get('suffixTokens'), d.suffixTokens),
+    extraContextTokens: integer(get('extraContextTokens'), d.extraContextTokens),
+    staticCachePath: text(get('staticCachePath'), d.staticCachePath),
+    ignoreGlobs: strings(get('ignoreGlobs'), d.ignoreGlobs),
+    threads: typeof threads === 'number' && threads >= 1 ? Math.round(threads) : null,
+    debounceMs: Math.max(0, integer(get('debounceMs'), d.debounceMs)),
+    disabledLanguages: strings(get('disabledLanguages'), d.disabledLanguages),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command lines
+
+export interface CommandLine {
+  command: string;
+  args: string[];
+}
+
+/** How the server is started: serverCommand as given; else `<pythonPath> -m lookahead_lsp serve`;
+ * else `lookahead-lsp serve` from PATH. */
+export function resolveServerCommand(s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath'>): CommandLine {
+  if (s.serverCommand.length > 0) {
+    return { command: s.serverCommand[0], args: s.serverCommand.slice(1) };
+  }
+  if (s.pythonPath !== '') {
+    return { command: s.pythonPath, args: ['-m', 'lookahead_lsp', 'serve'] };
+  }
+  return { command: 'lookahead-lsp', args: ['serve'] };
+}
+
+/** The `build-cache` invocation for a workspace folder, from the same program the server runs:
+ * the server's command line up to its `serve` argument (so `python -m lookahead_lsp` stays), then
+ * `build-cache <folder> -o <folder>/.lookahead/static.cache`, with the configured model's
+ * tokenizer when one is set. */
+export function resolveBuildCacheCommand(
+  s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath' | 'modelPath'>,
+  folder: string,
+): CommandLine & { output: string } {
+  const server = resolveServerCommand(s);
+  const serveAt = server.args.indexOf('serve');
+  const base = serveAt >= 0 ? server.args.slice(0, serveAt) : [];
+  const output = path.join(folder, '.lookahead', 'static.cache');
+  const args = [...base, 'build-cache', folder, '-o', output];
+  if (s.modelPath !== '') {
+    args.push('--model', s.modelPath);
+  }
+  return { command: server.command, args, output };
+}
+
+/** A command line as a user would type it into a shell (for messages and the log). */
+export function formatCommandLine(c: CommandLine): string {
+  return [c.command, ...c.args]
+    .map((a) => (a === '' || /[\s"'\\$`]/.test(a) ? `'${a.replace(/'/g, `'\\''`)}'` : a))
+    .join(' ');
+}
+
+/** Where `command` would be found: a path is checked as given (relative to cwd), a bare name
+ * on each PATH entry (with PATHEXT suffixes on Windows). undefined when nowhere. */
+export function findExecutable(
+  command: string,
+  env: { PATH?: string; PATHEXT?: string },
+  cwd: string,
+  isExecutableFile: (file: string) => boolean,
+  platform: string = process.platform,
+): string | undefined {
+  const windows = platform === 'win32';
+  const suffixes = windows ? ['', ...(env.PATHEXT ?? '.EXE;.CMD;.BAT;.COM').split(';').filter(Boolean)] : [''];
+  const candidates = (base: string) => suffixes.map((x) => base + x);
+  const hasSeparator = command.includes('/') || (windows && command.includes('\\'));
+  if (hasSeparator || path.isAbsolute(command)) {
+    return candidates(path.resolve(cwd, command)).find(isExecutableFile);
+  }
+  for (const dir of (env.PATH ?? '').split(windows ? ';' : ':')) {
+    if (dir === '') continue;
+    const found = candidates(path.join(dir, command)).find(isExecutableFile);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Settings sent to the daemon
+
+/** The daemon's settings object (its camelCase keys; empty paths become null, the daemon's
+ * "use the default"). Client-only settings (enable, debounceMs, serverCommand, pythonPath)
+ * are left out: the daemon reports unknown keys. */
+export function toInitializationOptions(s: LookaheadSettings): Record<string, unknown> {
+  return {
+    modelPath: s.modelPath === '' ? null : s.modelPath,
+    draft: s.draft,
+    maxTokens: s.maxTokens,
+    timeBudgetMs: s.timeBudgetMs,
+    contextSize: s.contextSize,
+    prefixTokens: s.prefixTokens,
+    suffixTokens: s.suffixTokens,
+    extraContextTokens: s.extraContextTokens,
+    staticCachePath: s.staticCachePath === '' ? null : s.staticCachePath,
+    ignoreGlobs: [...s.ignoreGlobs],
+    threads: s.threads,
+    disabledLanguages: [...s.disabledLanguages],
+  };
+}
+
+/** Params of workspace/didChangeConfiguration. */
+export function configurationChangeParams(s: LookaheadSettings): { settings: { lookahead: Record<string, unknown> } } {
+  return { settings: { lookahead: toInitializationOptions(s) } };
+}
+
+/** Whether a settings change needs the server process restarted (its command line changed). */
+export function needsRestart(before: LookaheadSettings, after: LookaheadSettings): boolean {
+  return formatCommandLine(resolveServerCommand(before)) !== formatCommandLine(resolveServerCommand(after));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Enablement
+
+/** Whether to ask the server for inline completions in a document of this language. */
+export function completionsEnabled(
+  s: Pick<LookaheadSettings, 'enable' | 'disabledLanguages'>,
+  toggledOff: boolean,
+  languageId: string,
+): boolean {
+  return s.enable && !toggledOff && !s.disabledLanguages.includes(languageId);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Restart back-off
+
+/** Restarts after crashes: waits base, 2*base, 4*base, ... for at most maxTries crashes in a
+ * row; a server that ran for stableMs before crashing starts the count again. */
+export class RestartBackoff {
+  private crashes = 0;
+  private startedAt: number | undefined;
+
+  constructor(
+    readonly maxTries = 5,
+    readonly baseMs = 1000,
+    readonly stableMs = 60_000,
+  ) {}
+
+  /** The server was (re)started at `now`. */
+  started(now: number): void {
+    this.startedAt = now;
+  }
+
+  /** The server died at `now`: the delay before restarting it, or undefined to give up. */
+  crashed(now: number): number | undefined {
+    if (this.startedAt !== undefined && now - this.startedAt >= this.stableMs) {
+      this.crashes = 0;
+    }
+    this.startedAt = undefined;
+    if (this.crashes >= this.maxTries) {
+      return undefined;
+    }
+    const delay = this.baseMs * 2 ** this.crashes;
+    this.crashes += 1;
+    return delay;
+  }
+
+  /** A restart by the user: forget earlier crashes. */
+  reset(): void {
+    this.crashes = 0;
+    this.startedAt = undefined;
+  }
+
+  get attempts(): number {
+    return this.crashes;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Debounce
+
+/** The part of a cancellation token the debounce needs (VS Code's CancellationToken fits). */
+export interface CancelLike {
+  readonly isCancellationRequested: boolean;
+  onCancellationRequested(listener: () => unknown): { dispose(): unknown };
+}
+
+/** Waits ms; true when the wait ran out, false as soon as the token is cancelled. */
+export function debounce(ms: number, token: CancelLike): Promise<boolean> {
+  if (token.isCancellationRequested) {
+    return Promise.resolve(false);
+  }
+  if (ms <= 0) {
+    return Promise.resolve(true);
+  }
+  return new Promise<boolean>((resolve) => {
+    const subscription = token.onCancellationRequested(() => {
+      clearTimeout(timer);
+      subscription.dispose();
+      resolve(false);
+    });
+    const timer = setTimeout(() => {
+      subscription.dispose();
+      resolve(!token.isCancellationRequested);
+    }, ms);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status bar
+
+/** The statistics of the daemon's last completion (`last` in lookahead/status). */
+export interface LastCompletion {
+  tokens?: number;
+  tokens_per_s?: number;
+  accepted_by_source?: Record<string, number>;
+  ms_total?: number;
+  stop_reason?: string;
+}
+
+/** The parts of the daemon's `lookahead/status` answer the status bar uses. */
+export interface DaemonStatus {
+  version?: string;
+  model?: string | null;
+  model_state?: 'loading' | 'ready' | 'error';
+  model_error?: string | null;
+  index?: { files?: number; tokens?: number; ngrams?: number; state?: 'indexing' | 'ready' };
+  draft?: string;
+  last?: LastCompletion | null;
+}
+
+export type ServerState = 'starting' | 'running' | 'stopped' | 'failed';
+
+export interface StatusView {
+  server: ServerState;
+  enabled: boolean;
+  completing: boolean;
+  /** From the server's work-done progress, while a folder is being indexed. */
+  indexingPercent?: number;
+  status?: DaemonStatus;
+}
+
+/** Share of a completion's tokens that came from accepted draft tokens, 0..1. */
+export function draftShare(last: LastCompletion): number {
+  const tokens = last.tokens ?? 0;
+  if (tokens <= 0) return 0;
+  const accepted = Object.values(last.accepted_by_source ?? {}).reduce((a, b) => a + (Number(b) || 0), 0);
+  return Math.min(1, accepted / tokens);
+}
+
+function formatLast(last: LastCompletion): string {
+  const speed = Math.round(last.tokens_per_s ?? 0);
+  const share = Math.round(100 * draftShare(last));
+  return `${last.tokens ?? 0} tok · ${speed} tok/s · ${share}% drafted`;
+}
+
+/** Text and tooltip of the status bar item. */
+export function formatStatusBar(v: StatusView): { text: string; tooltip: string } {
+  const s = v.status;
+  const click = 'Click for the server status.';
+  if (v.server === 'failed') {
+    return { text: '$(error) Lookahead', tooltip: `The lookahead-lsp server is not running (see the log). ${click}` };
+  }
+  if (v.server === 'stopped') {
+    return { text: '$(debug-stop) Lookahead', tooltip: 'The lookahead-lsp server is stopped.' };
+  }
+  if (v.server === 'starting') {
+    return { text: '$(sync~spin) Lookahead', tooltip: 'Starting the lookahead-lsp server.' };
+  }
+  if (!v.enabled) {
+    return { text: '$(circle-slash) Lookahead', tooltip: `Inline completions are off (Lookahead: Toggle). ${click}` };
+  }
+  if (v.completing) {
+    return { text: '$(sync~spin) completing', tooltip: `Waiting for a completion. ${click}` };
+  }
+  if (v.indexingPercent !== undefined) {
+    const pct = Math.max(0, Math.min(100, Math.round(v.indexingPercent)));
+    return { text: `$(sync~spin) indexing ${pct}%`, tooltip: `Indexing the workspace. ${click}` };
+  }
+  if (s?.model_state === 'loading') {
+    return { text: '$(sync~spin) loading model', tooltip: `Loading ${s.model ?? 'the model'}. ${click}` };
+  }
+  if (s?.index?.state === 'indexing') {
+    return { text: '$(sync~spin) indexing', tooltip: `Indexing the workspace (${s.index.files ?? 0} files so far). ${click}` };
+  }
+  if (s?.model_state === 'error') {
+    return { text: '$(warning) Lookahead', tooltip: `The model failed to load: ${s.model_error ?? 'unknown error'}. ${click}` };
+  }
+  if (s?.last && typeof s.last.tokens === 'number') {
+    return {
+      text: `$(zap) ${formatLast(s.last)}`,
+      tooltip: `Last completion: ${formatLast(s.last)} (draft: ${s.draft ?? '?'}). ${click}`,
+    };
+  }
+  return { text: '$(check) Lookahead', tooltip: `Lookahead is ready. ${click}` };
+}
