@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lookahead_lsp._lookup import NgramCache
+from lookahead_lsp.cache_files import default_cache_dir
 from lookahead_lsp.tokenizer import POOL_MIN_BYTES, Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace.index import (
     IGNORED,
@@ -26,7 +27,6 @@ from lookahead_lsp.workspace.store import (
     FORMAT_VERSION,
     HEADER_BYTES,
     FileRecord,
-    default_cache_dir,
     load_records,
     save_records,
     store_path_for,

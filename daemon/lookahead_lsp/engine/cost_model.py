@@ -12,7 +12,6 @@ import logging
 import os
 import platform
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from lookahead_lsp.cache_files import atomic_writer, default_cache_dir
 from lookahead_lsp.engine.runtime import MAIN_SEQ, ModelRuntime
 
 _LOG = logging.getLogger(__name__)
@@ -87,11 +87,6 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "lookahead-lsp"
-
-
 def load_or_measure(runtime: ModelRuntime, cache_dir: Path | None) -> CostModel:
     """The cost model for this runtime: read from cache_dir if measured before, else measured
     now (a few seconds) and saved there atomically. A cache file that cannot be read is measured
@@ -108,7 +103,8 @@ def load_or_measure(runtime: ModelRuntime, cache_dir: Path | None) -> CostModel:
             _LOG.warning("%s: unreadable cost model, measuring again (%s)", path, error)
     model = measure(runtime)
     try:
-        _write_atomically(path, json.dumps({"key": key, **asdict(model)}, indent=1))
+        with atomic_writer(path) as out:
+            out.write(json.dumps({"key": key, **asdict(model)}, indent=1).encode())
     except OSError as error:
         _LOG.warning("%s: cannot save the cost model (%s)", path, error)
     return model
@@ -148,17 +144,3 @@ def _monotonic(ms: tuple[float, ...]) -> tuple[float, ...]:
     for value in ms:
         out.append(max(value, out[-1]) if out else value)
     return tuple(out)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass
 from hashlib import sha256
@@ -34,6 +33,7 @@ from typing import BinaryIO, Mapping
 import numpy as np
 import numpy.typing as npt
 
+from lookahead_lsp.cache_files import atomic_writer, default_cache_dir
 from lookahead_lsp.tokenizer import TokenArray
 
 MAGIC = b"LKAWSIX\n"
@@ -68,14 +68,6 @@ class _Unusable(Exception):
     """An index file that cannot be used; the message says why."""
 
 
-def default_cache_dir() -> Path:
-    """$XDG_CACHE_HOME/lookahead-lsp, or ~/.cache/lookahead-lsp (the XDG base directory spec
-    says to ignore a relative XDG_CACHE_HOME)."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "lookahead-lsp"
-
-
 def store_path_for(root: Path, cache_dir: Path | None = None) -> Path:
     """Where the index of workspace folder `root` is kept: index-<hash of its resolved path>.bin
     in cache_dir (default_cache_dir() by default)."""
@@ -88,21 +80,8 @@ def save_records(path: Path, fingerprint: int, records: Mapping[PurePosixPath, F
     fsync'd, then renamed over `path`. OSError when the folder cannot be written (the old file,
     if any, is kept)."""
     items = sorted(records.items())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            _write(file, fingerprint, items)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-    _fsync_folder(path.parent)
+    with atomic_writer(path) as file:
+        _write(file, fingerprint, items)
 
 
 def load_records(path: Path, fingerprint: int, n_vocab: int) -> dict[PurePosixPath, FileRecord]:
@@ -232,17 +211,3 @@ def _relative_path(name: bytes) -> PurePosixPath:
     ):
         raise _Unusable(f"bad file name {text!r}")
     return relative
-
-
-def _fsync_folder(folder: Path) -> None:
-    # Makes the rename itself durable; some systems cannot open a folder for that.
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
