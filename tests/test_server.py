@@ -147,6 +147,8 @@ async def test_inline_completions_while_typing(client: LanguageClient, workspace
     item = result.items[0]
     assert item.insert_text.strip() and item.range is not None
     assert item.range.end == types.Position(line=17, character=8)
+    # The status shows the suggestion the model computed last: this one, after the typed line.
+    assert item.insert_text == " " * 8 + (await _status(client))["last"]["text"]
     # Type the first characters of the suggestion: the next request still answers (from the
     # suggestion cache when they match it).
     first = item.insert_text.lstrip()[:2]
@@ -157,6 +159,24 @@ async def test_inline_completions_while_typing(client: LanguageClient, workspace
     completions = status["completions"]
     assert completions["served"] + completions["from_cache"] >= 2
     assert status["last"]["tokens"] > 0 and "tokens_per_s" in status["last"]
+
+
+@pytest.mark.asyncio
+async def test_rebuild_index_tokenizes_every_file_again(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace)
+    await _ready(client)
+    (workspace / "shop" / "extra.py").write_text("VALUE = 1\n")
+    await _until(lambda: _files_indexed(client, 3))
+    client.log_messages.clear()
+    assert await client.protocol.send_request_async("lookahead/rebuildIndex", {}) is None
+    status = await _ready(client)
+    assert status["index"]["files"] == 3
+    indexed = [m.message for m in client.log_messages if m.message.startswith("indexed ")]
+    assert indexed and "3 files (3 tokenized, 0 unchanged)" in indexed[-1]
+
+
+async def _files_indexed(client: LanguageClient, files: int) -> bool:
+    return (await _status(client))["index"]["files"] == files
 
 
 @pytest.mark.asyncio

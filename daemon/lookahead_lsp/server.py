@@ -3,7 +3,8 @@ service holds the model, the workspace indexes and the completion worker.
 
 Features: textDocument/inlineCompletion (LSP 3.18), textDocument/completion (one item, for
 editors without inline completion), incremental document sync, workspace folders,
-didChangeConfiguration, didChangeWatchedFiles, and the request lookahead/status."""
+didChangeConfiguration, didChangeWatchedFiles, and the requests lookahead/status and
+lookahead/rebuildIndex."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from lookahead_lsp import __version__
 from lookahead_lsp.service import Answer, LookaheadService
 
 STATUS_REQUEST = "lookahead/status"
+REBUILD_INDEX_REQUEST = "lookahead/rebuildIndex"
 _LOG = logging.getLogger(__name__)
 _LEVELS = (
     (logging.ERROR, types.MessageType.Error),
@@ -267,6 +269,12 @@ def build_server(cache_dir: Path | None = None) -> LookaheadServer:
     @server.feature(STATUS_REQUEST)
     def status(ls: LookaheadServer, params: Any) -> dict[str, Any]:
         return ls.service.status()
+
+    @server.feature(REBUILD_INDEX_REQUEST)
+    def rebuild_index(ls: LookaheadServer, params: Any) -> None:
+        # The answer comes once the old indexes are dropped; indexing goes on in the background
+        # and reports $/progress like the first time.
+        ls.service.rebuild_indexes()
 
     return server
 

@@ -198,7 +198,7 @@ class LookaheadService:
         if self._engine_ready.is_set() and self._engine is not None:
             self._start_indexing(folder)
 
-    def remove_folder(self, root: Path) -> None:
+    def remove_folder(self, root: Path, save: bool = True) -> None:
         with self._lock:
             folder = self.folders.pop(root.resolve(), None)
         if folder is None:
@@ -208,9 +208,18 @@ class LookaheadService:
             folder.thread.join()
         if folder.watcher is not None:
             folder.watcher.stop()
-        self._save(folder)
+        if save:
+            self._save(folder)
         if folder.static is not None:
             folder.static.close()
+
+    def rebuild_indexes(self) -> None:
+        """Forgets every folder's index, saved copy included, and indexes the folders again
+        from their files; the static caches are opened and verified again too."""
+        for root in list(self.folders):
+            self.remove_folder(root, save=False)
+            store_path_for(root, self.cache_dir).unlink(missing_ok=True)
+            self.add_folder(root)
 
     def _n_vocab(self) -> int:
         engine = self._engine
@@ -398,7 +407,7 @@ class LookaheadService:
         else:
             self.counters.served += 1
             self.suggestions.store(uri, request.prefix, request.suffix, result.text)
-            self.last = {"stop_reason": result.stop_reason, **result.stats.as_dict()}
+            self.last = {"text": result.text, "stop_reason": result.stop_reason, **result.stats.as_dict()}
         return Answer(result.text, "model", result)
 
     def note_cancelled(self) -> None:
