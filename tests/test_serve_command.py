@@ -40,6 +40,8 @@ def _command(cache: Path, *extra: str) -> list[str]:
 def test_non_loopback_tcp_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(_command(tmp_path, "--tcp", "0.0.0.0:0"), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--allow-remote" in done.stderr
+    both = subprocess.run(_command(tmp_path, "--stdio", "--tcp", ":0"), capture_output=True, text=True, timeout=60)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
 
 
 def _frame(message: dict[str, Any]) -> bytes:
@@ -98,8 +100,9 @@ def test_garbage_on_stdin_then_shutdown_by_closed_stdin(tmp_path: Path) -> None:
     root = tmp_path / "project"
     shutil.copytree(SAMPLE, root)
     cache = tmp_path / "cache"
+    # --stdio (the default transport) as VS Code's language client adds it.
     with subprocess.Popen(
-        _command(cache), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        _command(cache, "--stdio"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     ) as process:
         assert process.stdin is not None and process.stdout is not None
         # Not JSON, JSON that is not JSON-RPC, an unknown method: each logged or answered with an

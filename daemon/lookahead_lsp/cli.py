@@ -123,7 +123,12 @@ def _parser() -> argparse.ArgumentParser:
     comp.set_defaults(run=_complete)
 
     srv = commands.add_parser("serve", help="run the language server (stdio unless --tcp)")
-    srv.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio (host 127.0.0.1 if omitted)")
+    transport = srv.add_mutually_exclusive_group()
+    # Some clients (vscode-languageclient among them) add --stdio to the server's command line.
+    transport.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (the default)")
+    transport.add_argument(
+        "--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio (host 127.0.0.1 if omitted)"
+    )
     srv.add_argument(
         "--allow-remote", action="store_true", help="allow --tcp on a host other than the loopback"
     )

@@ -8,10 +8,10 @@ import {
   ErrorAction,
   LanguageClient,
   LanguageClientOptions,
+  Middleware,
   RevealOutputChannelOn,
   ServerOptions,
   State,
-  TransportKind,
   WorkDoneProgress,
   WorkDoneProgressCreateRequest,
 } from 'vscode-languageclient/node';
@@ -35,145 +35,17 @@ import {
 } from './logic';
 
 const POLL_MS = 2000;
-
-let out: vscode.LogOutputChannel;
-let statusItem: vscode.StatusBarItem;
-let settings: LookaheadSettings;
-let client: LanguageClient | undefined;
-let generation = 0; // bumped for every client, so events of an old one are ignored
-let serverState: ServerState = 'stopped';
-let toggledOff = false;
-let inFlight = 0;
-let indexingPercent: number | undefined;
-let lastStatus: DaemonStatus | undefined;
-let restartTimer: NodeJS.Timeout | undefined;
-const backoff = new RestartBackoff(5, 1000);
+const STATUS_REQUEST = 'lookahead/status';
+const REBUILD_INDEX_REQUEST = 'lookahead/rebuildIndex';
 
 function loadSettings(): LookaheadSettings {
   const config = vscode.workspace.getConfiguration('lookahead');
   return readSettings((key) => config.get(key));
 }
 
-function log(line: string): void {
-  out.info(line);
-}
-
-function updateStatusBar(): void {
-  const enabled = settings.enable && !toggledOff;
-  const { text, tooltip } = formatStatusBar({
-    server: serverState,
-    enabled,
-    completing: inFlight > 0,
-    indexingPercent,
-    status: lastStatus,
-  });
-  statusItem.text = text;
-  statusItem.tooltip = tooltip;
-}
-
-async function pollStatus(): Promise<DaemonStatus | undefined> {
-  const c = client;
-  if (!c || c.state !== State.Running) return undefined;
-  try {
-    // The daemon needs params present, so an empty object rather than none.
-    lastStatus = await c.sendRequest<DaemonStatus>('lookahead/status', {});
-  } catch (e) {
-    // A status request failing is not worth a notification; the next poll tries again.
-    lastStatus = undefined;
-  }
-  updateStatusBar();
-  return lastStatus;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The language client
-
-async function startServer(): Promise<void> {
-  const gen = ++generation;
-  const line = resolveServerCommand(settings);
-  const shown = formatCommandLine(line);
-  const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? os.homedir();
-  serverState = 'starting';
-  lastStatus = undefined;
-  indexingPercent = undefined;
-  updateStatusBar();
-
-  if (!findExecutable(line.command, process.env, cwd, isExecutableFile)) {
-    serverState = 'failed';
-    updateStatusBar();
-    reportStartFailure(shown, `'${line.command}' was not found (PATH or the given path)`);
-    return;
-  }
-
-  log(`starting: ${shown}`);
-  const serverOptions: ServerOptions = {
-    command: line.command,
-    args: line.args,
-    transport: TransportKind.stdio,
-    options: { cwd },
-  };
-  const clientOptions: LanguageClientOptions = {
-    documentSelector: [{ scheme: 'file' }],
-    outputChannel: out,
-    revealOutputChannelOn: RevealOutputChannelOn.Never,
-    initializationOptions: toInitializationOptions(settings),
-    errorHandler: {
-      error: () => ({ action: ErrorAction.Continue }),
-      closed: () => {
-        died = true;
-        onServerDied(gen, shown);
-        return { action: CloseAction.DoNotRestart, handled: true };
-      },
-    },
-    middleware: {
-      provideInlineCompletionItems: async (document, position, context, token, next) => {
-        if (!completionsEnabled(settings, toggledOff, document.languageId)) {
-          return undefined;
-        }
-        if (!(await debounce(settings.debounceMs, token))) {
-          return undefined;
-        }
-        inFlight += 1;
-        updateStatusBar();
-        try {
-          return await next(document, position, context, token);
-        } finally {
-          inFlight -= 1;
-          updateStatusBar();
-          if (!token.isCancellationRequested) void pollStatus(); // show the new completion's stats
-        }
-      },
-    },
-  };
-
-  let died = false;
-  const c = new LanguageClient('lookahead', 'Lookahead', serverOptions, clientOptions);
-  client = c;
-  backoff.started(Date.now());
-  try {
-    await c.start();
-  } catch (e) {
-    // A process that started and then exited was handled by `closed` (restart with back-off);
-    // anything else is a failure to launch or to initialize.
-    if (gen !== generation || died) return;
-    generation++;
-    serverState = 'failed';
-    updateStatusBar();
-    reportStartFailure(shown, e instanceof Error ? e.message : String(e));
-    return;
-  }
-  if (gen !== generation) return;
-  serverState = 'running';
-  log(`server running: ${shown}`);
-  watchIndexingProgress(c, gen);
-  updateStatusBar();
-  void pollStatus();
-}
-
 function isExecutableFile(file: string): boolean {
   try {
-    const stat = fs.statSync(file);
-    if (!stat.isFile()) return false;
+    if (!fs.statSync(file).isFile()) return false;
     if (process.platform !== 'win32') fs.accessSync(file, fs.constants.X_OK);
     return true;
   } catch {
@@ -181,208 +53,367 @@ function isExecutableFile(file: string): boolean {
   }
 }
 
-function reportStartFailure(shown: string, reason: string): void {
-  const message = `Lookahead: could not start the server (${reason}). Command tried: ${shown}`;
-  log(message);
-  log('Set lookahead.serverCommand or lookahead.pythonPath, then run "Lookahead: Restart Server".');
-  void vscode.window.showErrorMessage(message, 'Open Settings', 'Show Log').then((choice) => {
-    if (choice === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'lookahead.');
-    if (choice === 'Show Log') out.show(true);
-  });
+function message(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
 
-function onServerDied(gen: number, shown: string): void {
-  if (gen !== generation) return;
-  lastStatus = undefined;
-  indexingPercent = undefined;
-  const delay = backoff.crashed(Date.now());
-  if (delay === undefined) {
-    serverState = 'failed';
-    updateStatusBar();
-    const message = `Lookahead: the server stopped ${backoff.maxTries + 1} times in a row; not restarting it. Command: ${shown}`;
-    log(message);
-    void vscode.window.showErrorMessage(message, 'Restart', 'Show Log').then((choice) => {
-      if (choice === 'Restart') void vscode.commands.executeCommand('lookahead.restart');
-      if (choice === 'Show Log') out.show(true);
-    });
-    return;
+/** The extension while it is active: one language client at a time (replaced on restart), the
+ * status bar item that mirrors the daemon, and the commands. */
+class LookaheadExtension implements vscode.Disposable {
+  private readonly out = vscode.window.createOutputChannel('Lookahead', { log: true });
+  private readonly statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
+  private readonly backoff = new RestartBackoff(5, 1000);
+  private readonly poll = setInterval(() => void this.pollStatus(), POLL_MS);
+  private settings = loadSettings();
+  private client: LanguageClient | undefined;
+  /** Bumped for every client started or stopped, so that events of an older one are ignored. */
+  private generation = 0;
+  private serverState: ServerState = 'stopped';
+  private toggledOff = false;
+  private inFlight = 0;
+  private indexingPercent: number | undefined;
+  private lastStatus: DaemonStatus | undefined;
+  private restartTimer: NodeJS.Timeout | undefined;
+
+  constructor() {
+    this.statusItem.name = 'Lookahead';
+    this.statusItem.command = 'lookahead.showStatus';
+    this.updateStatusBar();
+    this.statusItem.show();
   }
-  serverState = 'starting';
-  updateStatusBar();
-  log(`server exited; restarting in ${delay / 1000} s (attempt ${backoff.attempts} of ${backoff.maxTries}): ${shown}`);
-  clearTimeout(restartTimer);
-  restartTimer = setTimeout(() => {
-    if (gen !== generation) return;
-    void startServer();
-  }, delay);
-}
 
-/** Indexing percentages from the server's work-done progress. The client's own handler (a
- * window progress) is replaced so the percentage can go to our status bar item instead. */
-function watchIndexingProgress(c: LanguageClient, gen: number): void {
-  c.onRequest(WorkDoneProgressCreateRequest.type, ({ token }) => {
-    const sub = c.onProgress(WorkDoneProgress.type, token, (value) => {
-      if (gen !== generation) return;
-      if (value.kind === 'end') {
-        indexingPercent = undefined;
-        sub.dispose();
-        void pollStatus();
-      } else if (typeof value.percentage === 'number') {
-        indexingPercent = value.percentage;
-      } else if (value.kind === 'begin') {
-        indexingPercent = 0;
-      }
-      updateStatusBar();
-    });
-  });
-}
+  commands(): vscode.Disposable[] {
+    return [
+      vscode.commands.registerCommand('lookahead.toggle', () => this.toggle()),
+      vscode.commands.registerCommand('lookahead.restart', () => this.restartServer()),
+      vscode.commands.registerCommand('lookahead.rebuildIndex', () => this.rebuildIndex()),
+      vscode.commands.registerCommand('lookahead.buildStaticCache', () => this.buildStaticCache()),
+      vscode.commands.registerCommand('lookahead.showLog', () => this.out.show(true)),
+      vscode.commands.registerCommand('lookahead.showStatus', () => this.showStatus()),
+      vscode.workspace.onDidChangeConfiguration((e) => {
+        if (e.affectsConfiguration('lookahead')) this.settingsChanged();
+      }),
+    ];
+  }
 
-async function stopServer(): Promise<void> {
-  generation++;
-  clearTimeout(restartTimer);
-  const c = client;
-  client = undefined;
-  serverState = 'stopped';
-  inFlight = 0;
-  if (c) {
-    try {
-      if (c.state !== State.Stopped) await c.stop(3000);
-    } catch (e) {
-      log(`stopping the server: ${e instanceof Error ? e.message : String(e)}`);
+  dispose(): void {
+    clearInterval(this.poll);
+    this.statusItem.dispose();
+    this.out.dispose();
+  }
+
+  log(line: string): void {
+    this.out.info(line);
+  }
+
+  // -- the language client ---------------------------------------------------------------------
+
+  async startServer(): Promise<void> {
+    const gen = ++this.generation;
+    const line = resolveServerCommand(this.settings);
+    const shown = formatCommandLine(line);
+    const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? os.homedir();
+    this.serverState = 'starting';
+    this.lastStatus = undefined;
+    this.indexingPercent = undefined;
+    this.updateStatusBar();
+
+    if (!findExecutable(line.command, process.env, cwd, isExecutableFile)) {
+      this.serverState = 'failed';
+      this.updateStatusBar();
+      this.reportStartFailure(shown, `'${line.command}' was not found (PATH or the given path)`);
+      return;
     }
-  }
-}
 
-async function restartServer(): Promise<void> {
-  await stopServer();
-  backoff.reset();
-  await startServer();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Commands
-
-async function showStatus(): Promise<void> {
-  const status = await pollStatus();
-  out.appendLine(`--- lookahead/status at ${new Date().toISOString()} ---`);
-  if (status === undefined) {
-    out.appendLine(`(no answer: the server is ${serverState}; command: ${formatCommandLine(resolveServerCommand(settings))})`);
-  } else {
-    out.appendLine(JSON.stringify(status, null, 2));
-  }
-  out.show(true);
-}
-
-async function toggle(): Promise<void> {
-  toggledOff = !toggledOff;
-  updateStatusBar();
-  void vscode.window.setStatusBarMessage(
-    `Lookahead inline completions ${completionsEnabled(settings, toggledOff, '') ? 'on' : 'off'}`,
-    3000,
-  );
-}
-
-function runLogged(line: CommandLine, cwd: string, token: vscode.CancellationToken): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const child = cp.spawn(line.command, line.args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-    const cancel = token.onCancellationRequested(() => child.kill());
-    child.stdout.on('data', (d: Buffer) => out.append(d.toString()));
-    child.stderr.on('data', (d: Buffer) => out.append(d.toString()));
-    child.on('error', (e) => {
-      cancel.dispose();
-      reject(e);
-    });
-    child.on('close', (code, signal) => {
-      cancel.dispose();
-      resolve(code ?? (signal ? 128 : 1));
-    });
-  });
-}
-
-async function buildStaticCache(): Promise<void> {
-  const folders = vscode.workspace.workspaceFolders?.filter((f) => f.uri.scheme === 'file') ?? [];
-  if (folders.length === 0) {
-    void vscode.window.showWarningMessage('Lookahead: open a folder to build its static cache.');
-    return;
-  }
-  const folder =
-    folders.length === 1 ? folders[0] : await vscode.window.showWorkspaceFolderPick({ placeHolder: 'Folder to index' });
-  if (!folder) return;
-  const line = resolveBuildCacheCommand(settings, folder.uri.fsPath);
-  const shown = formatCommandLine(line);
-  out.show(true);
-  log(`running: ${shown}`);
-  try {
-    const code = await vscode.window.withProgress(
-      {
-        location: vscode.ProgressLocation.Notification,
-        title: `Lookahead: building the static cache of ${folder.name}`,
-        cancellable: true,
+    this.log(`starting: ${shown}`);
+    // No `transport`: with TransportKind.stdio the client would append --stdio to the user's
+    // command line, which a wrapper script may not accept. Stdio is what it uses anyway.
+    const serverOptions: ServerOptions = { command: line.command, args: line.args, options: { cwd } };
+    let died = false;
+    const clientOptions: LanguageClientOptions = {
+      documentSelector: [{ scheme: 'file' }],
+      outputChannel: this.out,
+      revealOutputChannelOn: RevealOutputChannelOn.Never,
+      initializationOptions: toInitializationOptions(this.settings),
+      errorHandler: {
+        error: () => ({ action: ErrorAction.Continue }),
+        closed: () => {
+          died = true;
+          this.onServerDied(gen, shown);
+          return { action: CloseAction.DoNotRestart, handled: true };
+        },
       },
-      (_progress, token) => runLogged(line, folder.uri.fsPath, token),
-    );
-    if (code === 0) {
-      log(`static cache written: ${line.output}`);
-      const choice = await vscode.window.showInformationMessage(
-        `Lookahead: static cache written to ${line.output}. Restart the server to use it?`,
-        'Restart',
-      );
-      if (choice === 'Restart') await restartServer();
-    } else {
-      log(`build-cache exited with status ${code}: ${shown}`);
-      void vscode.window.showErrorMessage(`Lookahead: building the static cache failed (status ${code}). Command: ${shown}`, 'Show Log')
-        .then((c) => c && out.show(true));
+      middleware: this.middleware(),
+    };
+    const c = new LanguageClient('lookahead', 'Lookahead', serverOptions, clientOptions);
+    this.client = c;
+    this.backoff.started(Date.now());
+    try {
+      await c.start();
+    } catch (e) {
+      // A process that started and then exited was handled by `closed` (restart with back-off);
+      // anything else is a failure to launch or to initialize.
+      if (gen !== this.generation || died) return;
+      this.generation++;
+      this.serverState = 'failed';
+      this.updateStatusBar();
+      this.reportStartFailure(shown, message(e));
+      return;
     }
-  } catch (e) {
-    const reason = e instanceof Error ? e.message : String(e);
-    log(`build-cache could not run (${reason}): ${shown}`);
-    void vscode.window.showErrorMessage(`Lookahead: could not run ${shown} (${reason})`);
+    if (gen !== this.generation) return;
+    this.serverState = 'running';
+    this.log(`server running: ${shown}`);
+    this.watchIndexingProgress(c, gen);
+    this.updateStatusBar();
+    void this.pollStatus();
+  }
+
+  /** Client-side debounce, and no request at all while completions are off. */
+  private middleware(): Middleware {
+    return {
+      provideInlineCompletionItems: async (document, position, context, token, next) => {
+        if (!completionsEnabled(this.settings, this.toggledOff, document.languageId)) return undefined;
+        if (!(await debounce(this.settings.debounceMs, token))) return undefined;
+        this.inFlight += 1;
+        this.updateStatusBar();
+        try {
+          return await next(document, position, context, token);
+        } finally {
+          this.inFlight -= 1;
+          this.updateStatusBar();
+          if (!token.isCancellationRequested) void this.pollStatus(); // the new completion's figures
+        }
+      },
+    };
+  }
+
+  private reportStartFailure(shown: string, reason: string): void {
+    const text = `Lookahead: could not start the server (${reason}). Command tried: ${shown}`;
+    this.log(text);
+    this.log('Set lookahead.serverCommand or lookahead.pythonPath, then run "Lookahead: Restart Server".');
+    void vscode.window.showErrorMessage(text, 'Open Settings', 'Show Log').then((choice) => {
+      if (choice === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'lookahead.');
+      if (choice === 'Show Log') this.out.show(true);
+    });
+  }
+
+  private onServerDied(gen: number, shown: string): void {
+    if (gen !== this.generation) return;
+    this.lastStatus = undefined;
+    this.indexingPercent = undefined;
+    const delay = this.backoff.crashed(Date.now());
+    if (delay === undefined) {
+      this.serverState = 'failed';
+      this.updateStatusBar();
+      const text = `Lookahead: the server stopped ${this.backoff.maxTries + 1} times in a row; not restarting it. Command: ${shown}`;
+      this.log(text);
+      void vscode.window.showErrorMessage(text, 'Restart', 'Show Log').then((choice) => {
+        if (choice === 'Restart') void this.restartServer();
+        if (choice === 'Show Log') this.out.show(true);
+      });
+      return;
+    }
+    this.serverState = 'starting';
+    this.updateStatusBar();
+    this.log(`server exited; restarting in ${delay / 1000} s (attempt ${this.backoff.attempts} of ${this.backoff.maxTries}): ${shown}`);
+    clearTimeout(this.restartTimer);
+    this.restartTimer = setTimeout(() => {
+      if (gen === this.generation) void this.startServer();
+    }, delay);
+  }
+
+  /** Indexing percentages from the server's work-done progress. The client's own handler (a
+   * window progress) is replaced so that the percentage goes to our status bar item instead. */
+  private watchIndexingProgress(c: LanguageClient, gen: number): void {
+    c.onRequest(WorkDoneProgressCreateRequest.type, ({ token }) => {
+      const sub = c.onProgress(WorkDoneProgress.type, token, (value) => {
+        if (gen !== this.generation) return;
+        if (value.kind === 'end') {
+          this.indexingPercent = undefined;
+          sub.dispose();
+          void this.pollStatus();
+        } else if (typeof value.percentage === 'number') {
+          this.indexingPercent = value.percentage;
+        } else if (value.kind === 'begin') {
+          this.indexingPercent = 0;
+        }
+        this.updateStatusBar();
+      });
+    });
+  }
+
+  async stopServer(): Promise<void> {
+    this.generation++;
+    clearTimeout(this.restartTimer);
+    const c = this.client;
+    this.client = undefined;
+    this.serverState = 'stopped';
+    this.inFlight = 0;
+    if (c && c.state !== State.Stopped) {
+      try {
+        await c.stop(3000);
+      } catch (e) {
+        this.log(`stopping the server: ${message(e)}`);
+      }
+    }
+  }
+
+  private async restartServer(): Promise<void> {
+    await this.stopServer();
+    this.backoff.reset();
+    await this.startServer();
+  }
+
+  private settingsChanged(): void {
+    const before = this.settings;
+    this.settings = loadSettings();
+    this.updateStatusBar();
+    if (needsRestart(before, this.settings)) {
+      this.log('server command changed; restarting');
+      void this.restartServer();
+    } else if (this.client?.state === State.Running) {
+      this.client
+        .sendNotification(DidChangeConfigurationNotification.type, configurationChangeParams(this.settings))
+        .catch((e) => this.log(`didChangeConfiguration failed: ${message(e)}`));
+    }
+  }
+
+  // -- status ------------------------------------------------------------------------------------
+
+  private updateStatusBar(): void {
+    const { text, tooltip } = formatStatusBar({
+      server: this.serverState,
+      enabled: this.settings.enable && !this.toggledOff,
+      completing: this.inFlight > 0,
+      indexingPercent: this.indexingPercent,
+      status: this.lastStatus,
+    });
+    this.statusItem.text = text;
+    this.statusItem.tooltip = tooltip;
+  }
+
+  private async pollStatus(): Promise<DaemonStatus | undefined> {
+    const c = this.client;
+    if (!c || c.state !== State.Running) return undefined;
+    try {
+      // The daemon wants params present: an empty object rather than none.
+      this.lastStatus = await c.sendRequest<DaemonStatus>(STATUS_REQUEST, {});
+    } catch {
+      // Not worth a notification: the next poll asks again.
+      this.lastStatus = undefined;
+    }
+    this.updateStatusBar();
+    return this.lastStatus;
+  }
+
+  // -- commands ----------------------------------------------------------------------------------
+
+  private async showStatus(): Promise<void> {
+    const status = await this.pollStatus();
+    const body =
+      status === undefined
+        ? `(no answer: the server is ${this.serverState}; command: ${formatCommandLine(resolveServerCommand(this.settings))})`
+        : JSON.stringify(status, null, 2);
+    this.out.info(`lookahead/status at ${new Date().toISOString()}:\n${body}`);
+    this.out.show(true);
+  }
+
+  private toggle(): void {
+    this.toggledOff = !this.toggledOff;
+    this.updateStatusBar();
+    const on = completionsEnabled(this.settings, this.toggledOff, '');
+    void vscode.window.setStatusBarMessage(`Lookahead inline completions ${on ? 'on' : 'off'}`, 3000);
+  }
+
+  private async rebuildIndex(): Promise<void> {
+    const c = this.client;
+    if (!c || c.state !== State.Running) {
+      void vscode.window.showWarningMessage(`Lookahead: the server is ${this.serverState}; nothing to rebuild.`);
+      return;
+    }
+    this.log('rebuilding the workspace index');
+    try {
+      await c.sendRequest(REBUILD_INDEX_REQUEST, {});
+    } catch (e) {
+      this.log(`rebuilding the index failed: ${message(e)}`);
+      void vscode.window.showErrorMessage(`Lookahead: rebuilding the index failed (${message(e)}).`);
+    }
+    void this.pollStatus();
+  }
+
+  private runLogged(line: CommandLine, cwd: string, token: vscode.CancellationToken): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const child = cp.spawn(line.command, line.args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+      const cancel = token.onCancellationRequested(() => child.kill());
+      child.stdout.on('data', (d: Buffer) => this.out.append(d.toString()));
+      child.stderr.on('data', (d: Buffer) => this.out.append(d.toString()));
+      child.on('error', (e) => {
+        cancel.dispose();
+        reject(e);
+      });
+      child.on('close', (code, signal) => {
+        cancel.dispose();
+        resolve(code ?? (signal ? 128 : 1));
+      });
+    });
+  }
+
+  private async buildStaticCache(): Promise<void> {
+    const folders = vscode.workspace.workspaceFolders?.filter((f) => f.uri.scheme === 'file') ?? [];
+    if (folders.length === 0) {
+      void vscode.window.showWarningMessage('Lookahead: open a folder to build its static cache.');
+      return;
+    }
+    const folder =
+      folders.length === 1 ? folders[0] : await vscode.window.showWorkspaceFolderPick({ placeHolder: 'Folder to index' });
+    if (!folder) return;
+    const line = resolveBuildCacheCommand(this.settings, folder.uri.fsPath);
+    const shown = formatCommandLine(line);
+    this.out.show(true);
+    this.log(`running: ${shown}`);
+    let code: number;
+    try {
+      code = await vscode.window.withProgress(
+        {
+          location: vscode.ProgressLocation.Notification,
+          title: `Lookahead: building the static cache of ${folder.name}`,
+          cancellable: true,
+        },
+        (_progress, token) => this.runLogged(line, folder.uri.fsPath, token),
+      );
+    } catch (e) {
+      this.log(`build-cache could not run (${message(e)}): ${shown}`);
+      void vscode.window.showErrorMessage(`Lookahead: could not run ${shown} (${message(e)})`);
+      return;
+    }
+    if (code !== 0) {
+      this.log(`build-cache exited with status ${code}: ${shown}`);
+      const choice = await vscode.window.showErrorMessage(
+        `Lookahead: building the static cache failed (status ${code}). Command: ${shown}`,
+        'Show Log',
+      );
+      if (choice) this.out.show(true);
+      return;
+    }
+    this.log(`static cache written: ${line.output}`);
+    const choice = await vscode.window.showInformationMessage(
+      `Lookahead: static cache written to ${line.output}. Restart the server to use it?`,
+      'Restart',
+    );
+    if (choice === 'Restart') await this.restartServer();
   }
 }
 
-// ---------------------------------------------------------------------------------------------
+let extension: LookaheadExtension | undefined;
 
-export async function activate(context: vscode.ExtensionContext): Promise<void> {
-  out = vscode.window.createOutputChannel('Lookahead', { log: true });
-  settings = loadSettings();
-  statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
-  statusItem.name = 'Lookahead';
-  statusItem.command = 'lookahead.showStatus';
-  updateStatusBar();
-  statusItem.show();
-
-  const poll = setInterval(() => void pollStatus(), POLL_MS);
-  context.subscriptions.push(
-    out,
-    statusItem,
-    { dispose: () => clearInterval(poll) },
-    vscode.commands.registerCommand('lookahead.toggle', toggle),
-    vscode.commands.registerCommand('lookahead.restart', restartServer),
-    // The daemon has no "rebuild index" request; a restart re-reads every workspace folder
-    // (its saved index is reloaded and only changed files are tokenized again).
-    vscode.commands.registerCommand('lookahead.rebuildIndex', restartServer),
-    vscode.commands.registerCommand('lookahead.buildStaticCache', buildStaticCache),
-    vscode.commands.registerCommand('lookahead.showLog', () => out.show(true)),
-    vscode.commands.registerCommand('lookahead.showStatus', showStatus),
-    vscode.workspace.onDidChangeConfiguration((e) => {
-      if (!e.affectsConfiguration('lookahead')) return;
-      const before = settings;
-      settings = loadSettings();
-      updateStatusBar();
-      if (needsRestart(before, settings)) {
-        log('server command changed; restarting');
-        void restartServer();
-      } else if (client && client.state === State.Running) {
-        void client
-          .sendNotification(DidChangeConfigurationNotification.type, configurationChangeParams(settings))
-          .catch((err) => log(`didChangeConfiguration failed: ${String(err)}`));
-      }
-    }),
-  );
-  log(`Lookahead ${context.extension.packageJSON.version ?? ''} activated`);
-  void startServer(); // not awaited: activation should not wait for the model to load
+export function activate(context: vscode.ExtensionContext): void {
+  extension = new LookaheadExtension();
+  context.subscriptions.push(extension, ...extension.commands());
+  extension.log(`Lookahead ${context.extension.packageJSON.version ?? ''} activated`);
+  void extension.startServer(); // not awaited: activation does not wait for the model to load
 }
 
 export async function deactivate(): Promise<void> {
-  await stopServer();
+  await extension?.stopServer();
+  extension = undefined;
 }
