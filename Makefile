@@ -20,7 +20,15 @@ LLAMA_CMAKE_ARGS_default :=
 LLAMA_WHEELS := $(HOME)/.cache/lookahead-lsp/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOUR)
 LLAMA_STAMP := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOUR)
 
-.PHONY: install test test-tools sanitize demo bench clean
+# The VS Code extension's end-to-end test runs a real VS Code: code-server from the npm registry,
+# built here once (its own install scripts would download from GitHub) and kept outside the
+# checkout like the llama.cpp wheel.
+CODE_SERVER_VERSION := 4.100.3
+CODE_SERVER := $(HOME)/.cache/lookahead-lsp/code-server-$(CODE_SERVER_VERSION)
+CLIENT := vscode-client
+VSIX := $(CLIENT)/lookahead-lsp.vsix
+
+.PHONY: install test test-tools test-packages sanitize demo bench clean vsix test-vscode e2e
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,15 +51,46 @@ install: $(PY) $(LLAMA_STAMP)
 	$(PIP) install --quiet scikit-build-core 'pybind11>=3,<4'
 	$(PIP) install --quiet --no-build-isolation '.[test]'
 
-# Neovim (Debian's) is the "other editor" of the LSP tests; installed when missing and possible.
-test-tools:
-	@command -v nvim >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq neovim >/dev/null) || \
-		echo "neovim could not be installed: its test will be skipped"
+# Tools of the editor tests, installed when missing: Neovim (the "other editor" of the LSP
+# tests), Chromium (drives VS Code in the end-to-end test) and what code-server's native modules
+# are built with.
+TEST_PACKAGES := nvim:neovim chromium:chromium rg:ripgrep ip:iproute2 curl:curl g++:build-essential \
+	pkg-config:pkg-config krb5-config:libkrb5-dev
+test-tools: test-packages $(CODE_SERVER)/.built
+
+test-packages:
+	@missing=; for p in $(TEST_PACKAGES); do \
+		command -v $${p%%:*} >/dev/null 2>&1 || missing="$$missing $${p#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(CODE_SERVER)/.built: | test-packages
+	$(CLIENT)/e2e/install-code-server.sh $(CODE_SERVER) $(CODE_SERVER_VERSION)
+	touch $@
+
+$(CLIENT)/node_modules/.installed: $(CLIENT)/package-lock.json
+	cd $(CLIENT) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The extension, type-checked, bundled and packaged into vscode-client/lookahead-lsp.vsix.
+vsix: $(CLIENT)/node_modules/.installed
+	cd $(CLIENT) && npm run -s typecheck && npm run -s package
+
+# The extension's own logic, under Node's test runner.
+test-vscode: $(CLIENT)/node_modules/.installed
+	cd $(CLIENT) && npm test --silent
+
+# The extension in a real VS Code with the real daemon and model (see vscode-client/e2e/run.sh);
+# screenshots, logs and result.json go to build/e2e.
+e2e: install test-tools vsix
+	$(CLIENT)/e2e/run.sh $(CODE_SERVER) $(VSIX) $(VENV)/bin/lookahead-lsp build/e2e
 
 test: install test-tools
 	$(PY) -m pytest -q
-	$(MAKE) --no-print-directory sanitize
+	$(MAKE) --no-print-directory test-vscode e2e sanitize
 
 # The native core's tests once more, against a build with AddressSanitizer and UBSan: the cache
 # loaders promise never to read outside a mapping, whatever the file holds. Python itself is not

@@ -45,6 +45,30 @@ def test_running_job_is_cancelled_and_its_result_dropped() -> None:
         worker.stop()
 
 
+def test_cancelling_one_request_leaves_the_newer_one() -> None:
+    release = threading.Event()
+
+    def blocking(cancel: CancelToken) -> str:
+        release.wait(5)
+        return "first"
+
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        blocker = worker.submit("other", blocking)
+        older = worker.submit("doc", lambda cancel: "older")
+        newer = worker.submit("doc", lambda cancel: "newer")
+        queued = worker.submit("third", lambda cancel: "never")
+        worker.cancel_job(older)  # a late $/cancelRequest for the older request
+        worker.cancel_job(queued)
+        release.set()
+        assert queued.result(timeout=5) is None
+        assert blocker.result(timeout=5) == "first"
+        assert older.result(timeout=5) is None
+        assert newer.result(timeout=5) == "newer"
+    finally:
+        worker.stop()
+
+
 def test_a_failing_job_fails_its_request_only() -> None:
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
     try:

@@ -132,7 +132,12 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument(
         "--allow-remote", action="store_true", help="allow --tcp on a host other than the loopback"
     )
-    srv.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    srv.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        help="stderr's log level (default: warning over stdio, where the editor gets the log as "
+        "window/logMessage and often shows stderr beside it; info over TCP)",
+    )
     srv.add_argument(
         "--cache-dir", metavar="DIR", help="where the cost model and the workspace indexes are kept (~/.cache/lookahead-lsp)"
     )

@@ -59,8 +59,22 @@ class CompletionWorker(Generic[T]):
         return job.future
 
     def cancel(self, key: str) -> None:
+        """Drops every job with this key (the document was closed)."""
         with self._lock:
             self._drop(key)
+
+    def cancel_job(self, future: Future[T | None]) -> None:
+        """Drops the one job `submit` returned this future for, queued or running. A cancelled
+        request must not take a newer request for the same document with it: the editor's
+        $/cancelRequest for a keystroke can arrive after the next keystroke's request."""
+        with self._lock:
+            for job in [j for j in self._queue if j.future is future]:
+                self._queue.remove(job)
+                _resolve(job.future, None)
+                self.superseded += 1
+            if self._running is not None and self._running.future is future:
+                self._running.cancel.cancel()
+                self.superseded += 1
 
     def stop(self) -> None:
         with self._lock:

@@ -45,14 +45,15 @@ def _is_loopback(host: str) -> bool:
 
 def serve(args: argparse.Namespace) -> int:
     tcp = parse_listen_address(args.tcp, args.allow_remote) if args.tcp else None
+    level = args.log_level or ("info" if tcp else "warning")
     # stdout carries the protocol in stdio mode: logs go to stderr only.
     logging.basicConfig(
         stream=sys.stderr,
-        level=getattr(logging, args.log_level.upper()),
+        level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # llama.cpp's own log and pygls's message trace only when asked for.
-    quiet = logging.DEBUG if args.log_level == "debug" else logging.WARNING
+    quiet = logging.DEBUG if level == "debug" else logging.WARNING
     logging.getLogger("lookahead_lsp.llama").setLevel(quiet)
     logging.getLogger("pygls").setLevel(quiet)
     from lookahead_lsp.server import serve as run_server

@@ -21,7 +21,7 @@ npm_config_build_from_source=true npm rebuild --silent argon2
 vscode=node_modules/code-server/lib/vscode
 (cd "$vscode" && npm install --silent --omit=dev --ignore-scripts)
 for addon in node-pty @vscode/spdlog native-watchdog @vscode/deviceid kerberos; do
-  (cd "$vscode/node_modules/$addon" && node "$GYP" rebuild --silent --nodedir=/usr)
+  (cd "$vscode/node_modules/$addon" && node "$GYP" rebuild --silent --nodedir=/usr > /dev/null)
 done
 mkdir -p "$vscode/node_modules/@vscode/ripgrep/bin"
 ln -sf "$(command -v rg)" "$vscode/node_modules/@vscode/ripgrep/bin/rg"

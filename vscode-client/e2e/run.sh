@@ -79,7 +79,7 @@ node -e '
     "editor.quickSuggestions": { "other": false, "comments": false, "strings": false },
     "editor.suggestOnTriggerCharacters": false,
     "editor.acceptSuggestionOnEnter": "off",
-    "lookahead.serverCommand": [daemon, "serve", "--cache-dir", cache, "--log-level", "info"],
+    "lookahead.serverCommand": [daemon, "serve", "--cache-dir", cache],
     "lookahead.modelPath": model,
   }, null, 2));
 ' "$DAEMON" "$MODEL" "$ROOT/daemon-cache" > "$ROOT/user-data/User/settings.json"
