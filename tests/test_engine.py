@@ -183,6 +183,13 @@ def test_empty_document(engine: Engine) -> None:
     assert isinstance(result.text, str)
 
 
+def test_time_budget_counts_generation_and_always_allows_one_pass(engine: Engine) -> None:
+    request = CompletionRequest("def add(a, b):\n    return a", "", "budget.py")
+    result = engine.complete(request, DecodeOptions(draft="none", max_tokens=32, time_budget_ms=0.001))
+    assert result.stop_reason == "time-budget"
+    assert result.stats.passes == 1 and result.stats.tokens == 1 and result.text
+
+
 def test_mid_line_completion_stays_on_its_line(engine: Engine) -> None:
     request, caches = _task(engine, *TASKS[0])
     request = CompletionRequest(request.prefix + "        if self.", "", request.path)

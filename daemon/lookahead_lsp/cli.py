@@ -109,7 +109,9 @@ def _parser() -> argparse.ArgumentParser:
         help="speculation: none (plain greedy), lookup, lookahead, auto (default)",
     )
     comp.add_argument("--max-tokens", type=int, default=64, metavar="N", help="at most N tokens (64)")
-    comp.add_argument("--time-budget-ms", type=float, metavar="MS", help="stop generating after MS")
+    comp.add_argument(
+        "--time-budget-ms", type=float, metavar="MS", help="stop generating MS after the prompt is in (one pass always runs)"
+    )
     comp.add_argument(
         "--no-stop-rules", action="store_true", help="generate exactly --max-tokens tokens (benchmarks)"
     )

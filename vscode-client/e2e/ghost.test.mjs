@@ -207,6 +207,8 @@ try {
   if (page) {
     await page.screenshot({ path: path.join(ARTIFACTS, 'failure.png') }).catch(() => {});
     result.statusBarAtFailure = await statusBarTexts(page).catch(() => []);
+    await runCommand(page, 'Lookahead: Show Server Status').catch(() => {});
+    result.daemonStatusAtFailure = await until('the status', () => lastLoggedStatus(), 5_000).catch(() => undefined);
   }
 } finally {
   await browser.close();

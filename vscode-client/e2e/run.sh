@@ -7,13 +7,14 @@
 # usage: run.sh CODE_SERVER_DIR VSIX LOOKAHEAD_LSP_BIN ARTIFACTS_DIR
 #   LOOKAHEAD_LSP_BIN: the `lookahead-lsp` program the extension starts (e.g. .venv/bin/lookahead-lsp)
 #   ARTIFACTS_DIR: receives ghost.png (the suggestion), accepted.png, result.json and the logs
+# E2E_LOG_LEVEL=debug adds the daemon's message trace to the extension's log.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 if [ "${1:-}" = --in-namespace ]; then
   # Second stage, inside the namespace: loopback up, code-server, the browser test.
   ip link set lo up
-  "$CODE_SERVER" --bind-addr "127.0.0.1:$PORT" --auth none --disable-telemetry --disable-update-check \
+  "$CODE_SERVER" --bind-addr "127.0.0.1:$PORT" --auth none --log debug --disable-telemetry --disable-update-check \
     --disable-workspace-trust --disable-getting-started-override \
     --user-data-dir "$ROOT/user-data" --extensions-dir "$ROOT/extensions" \
     --config "$ROOT/code-server.yaml" "$ROOT/workspace" > "$ARTIFACTS/code-server.log" 2>&1 &
@@ -58,7 +59,7 @@ echo 'bind-addr: 127.0.0.1:0' > "$ROOT/code-server.yaml"
 # VS Code's own distractions off (start page, telemetry, chat, word suggestions that would
 # compete for Tab); the extension pointed at this daemon and model.
 node -e '
-  const [daemon, model, cache] = process.argv.slice(1);
+  const [daemon, model, cache, ...extra] = process.argv.slice(1);
   console.log(JSON.stringify({
     "workbench.startupEditor": "none",
     "workbench.enableExperiments": false,
@@ -79,10 +80,11 @@ node -e '
     "editor.quickSuggestions": { "other": false, "comments": false, "strings": false },
     "editor.suggestOnTriggerCharacters": false,
     "editor.acceptSuggestionOnEnter": "off",
-    "lookahead.serverCommand": [daemon, "serve", "--cache-dir", cache],
+    "lookahead.serverCommand": [daemon, "serve", "--cache-dir", cache, ...extra],
     "lookahead.modelPath": model,
   }, null, 2));
-' "$DAEMON" "$MODEL" "$ROOT/daemon-cache" > "$ROOT/user-data/User/settings.json"
+' "$DAEMON" "$MODEL" "$ROOT/daemon-cache" ${E2E_LOG_LEVEL:+--log-level "$E2E_LOG_LEVEL"} \
+  > "$ROOT/user-data/User/settings.json"
 
 CODE_SERVER=$CODE_SERVER_DIR/node_modules/.bin/code-server
 "$CODE_SERVER" --extensions-dir "$ROOT/extensions" --install-extension "$VSIX" > "$ARTIFACTS/install.log" 2>&1 ||

@@ -172,12 +172,20 @@ class LookaheadExtension implements vscode.Disposable {
   private middleware(): Middleware {
     return {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
+        const where = `${vscode.workspace.asRelativePath(document.uri)}:${position.line + 1}:${position.character + 1}`;
         if (!completionsEnabled(this.settings, this.toggledOff, document.languageId)) return undefined;
-        if (!(await debounce(this.settings.debounceMs, token))) return undefined;
+        if (!(await debounce(this.settings.debounceMs, token))) {
+          this.out.debug(`inline completion at ${where}: superseded while waiting`);
+          return undefined;
+        }
+        this.out.debug(`inline completion at ${where}: asking the server`);
         this.inFlight += 1;
         this.updateStatusBar();
         try {
-          return await next(document, position, context, token);
+          const answer = await next(document, position, context, token);
+          const items = Array.isArray(answer) ? answer : (answer?.items ?? []);
+          this.out.debug(`inline completion at ${where}: ${items.length} item(s)${token.isCancellationRequested ? ', too late' : ''}`);
+          return answer;
         } finally {
           this.inFlight -= 1;
           this.updateStatusBar();

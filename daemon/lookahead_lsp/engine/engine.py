@@ -328,7 +328,11 @@ class _Run:
         while True:
             if self.cancelled():
                 return "cancelled"
-            if o.time_budget_ms is not None and self._elapsed_ms() >= o.time_budget_ms:
+            # The budget is for generating: it starts once the prompt is in, and the first pass
+            # always runs. A slow prompt (a loaded machine, a cold cache) that used the budget up
+            # would otherwise have been evaluated for an empty answer.
+            spent = self._elapsed_ms() - self.stats.ms_prompt
+            if o.time_budget_ms is not None and self.stats.passes > 0 and spent >= o.time_budget_ms:
                 return "time-budget"
             remaining = o.max_tokens - len(self.generated)
             if len(rt.kv_tokens) + self._step_room() + 1 >= rt.n_ctx:
