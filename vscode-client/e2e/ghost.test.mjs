@@ -145,8 +145,21 @@ try {
   step('file open, cursor placed');
 
   const original = fs.readFileSync(path.join(ROOT, 'workspace', FILE), 'utf8');
+  await page.waitForTimeout(500); // a freshly opened editor may not ask for inline completions yet
   await page.keyboard.type(TYPED, { delay: 60 });
   const typedAt = elapsed();
+  // VS Code sometimes does not ask the provider for an edit made right after the editor opened
+  // (seen 1 run in 5 under load: no request in the extension's debug log at all). That is the
+  // editor's race, not ours: retype the last character once. A request that was made and came
+  // back empty is not retried.
+  const cursorAt = `orders.py:${LINE}:${9 + TYPED.length}`;
+  const asked = () => readAll(logFiles(/Lookahead\.log$/)).includes(`inline completion at shop/${cursorAt}: asking`);
+  if (!(await until('a request', asked, 5_000).catch(() => false))) {
+    result.retyped = true;
+    step('no inline completion request from VS Code: retyping the last character');
+    await page.keyboard.press('Backspace');
+    await page.keyboard.type(TYPED.slice(-1));
+  }
   // Wait for ghost text and for the requests to settle (the status bar stops "completing").
   const ghost = await until('ghost text', async () => {
     const text = await renderedGhost(page);
