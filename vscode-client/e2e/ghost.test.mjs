@@ -1,9 +1,10 @@
 // Drives a real VS Code (code-server, already listening on 127.0.0.1:$PORT) from headless
 // Chromium: open a Python file of the sample project, type the start of a statement, wait for
 // the daemon's ghost text, accept it with Tab, save, and check the file on disk. Also checks
-// that the ghost text is the daemon's last completion (via "Lookahead: Show Server Status") and
-// that the status bar reports the completion's figures. Started by run.sh; writes
-// screenshots and result.json to $ARTIFACTS; exits non-zero on failure.
+// that the ghost text is the daemon's last completion (via "Lookahead: Show Server Status"),
+// that the status bar reports the completion's figures, and that nothing is requested once
+// completions are toggled off. Started by run.sh; writes screenshots and result.json to
+// $ARTIFACTS; exits non-zero on failure.
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -214,6 +215,20 @@ try {
   await page.screenshot({ path: path.join(ARTIFACTS, 'accepted.png') });
   step('accepted with Tab and saved');
 
+  // Toggled off, typing asks the daemon nothing.
+  const asking = () => readAll(logFiles(/Lookahead\.log$/)).split(': asking the server').length;
+  const askedBefore = asking();
+  await runCommand(page, 'Lookahead: Toggle Inline Completions');
+  await until('the status bar to show completions off', () => page.evaluate(() =>
+    [...document.querySelectorAll('.statusbar-item')].some((e) => e.querySelector('.codicon-circle-slash'))), 10_000);
+  await page.waitForSelector('.quick-input-widget', { state: 'hidden' });
+  await page.keyboard.press('Enter');
+  await page.keyboard.type('return', { delay: 60 });
+  await page.waitForTimeout(2000); // requests are asked for within ~100 ms of a key when on
+  if (asking() !== askedBefore || (await renderedGhost(page)).trim()) {
+    throw new Error('completions were requested or shown while toggled off');
+  }
+  step('toggled off: no requests');
 } catch (e) {
   failure = e;
   result.error = String(e.stack ?? e);
