@@ -83,6 +83,9 @@ def test_git_checkout_lists_tracked_files_only(tmp_path: Path) -> None:
 
     assert _relative(repo, listed.files) == [".gitignore", "README.md", "src/main.py"]
     assert listed.skipped == {"binary": 2, "generated": 4, "oversized": 1}
+    # A live workspace also lists what git has not been told of yet but would not ignore.
+    live = list_source_files(repo, max_bytes=MAX_BYTES, untracked=True)
+    assert _relative(repo, live.files) == [".gitignore", "README.md", "src/main.py", "untracked.py"]
 
 
 @needs_git

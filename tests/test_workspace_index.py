@@ -8,6 +8,7 @@ import os
 import random
 import shutil
 import struct
+import subprocess
 import threading
 from pathlib import Path, PurePosixPath
 
@@ -192,6 +193,19 @@ def test_new_files_follow_the_rules(root: Path, tokenizer: Tokenizer, tmp_path: 
     assert index.status() == before
     assert index.excludes(root / "node_modules/x.js") and index.excludes(tmp_path / "outside.py")
     assert not index.excludes(root / "trace.log")  # .gitignore is consulted only when reading
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_rescan_keeps_new_untracked_files_of_a_git_checkout(root: Path, tokenizer: Tokenizer) -> None:
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    index = new_index(root, tokenizer)
+    index.index_folder()
+    assert index.apply_disk_change(write(root, "pkg/fresh.py", "FRESH = 1\n")) != "ignored"
+    with_fresh = index.status().files
+    index.index_folder()  # what the watcher does after an overflow
+    assert index.status().files == with_fresh
+    assert index.cache == expected_cache(tokenizer, {**SOURCES, "pkg/fresh.py": "FRESH = 1\n"})
 
 
 def test_vanished_and_unreadable_files_never_raise(root: Path, tokenizer: Tokenizer) -> None:

@@ -2,8 +2,8 @@
 current as files change on disk and in the editor. Each file's own tokens are kept so that an
 update removes exactly what the file added before.
 
-Which files count: those list_source_files finds (git's tracked files, or a walk honouring
-.gitignore), less those matching the user's ignore patterns. A file that appears later (a disk
+Which files count: those list_source_files finds (in a git checkout the tracked files and the
+untracked ones git does not ignore, elsewhere a walk honouring .gitignore), less those matching the user's ignore patterns. A file that appears later (a disk
 event, an opened document) counts when files.py's rules accept it and no .gitignore between the
 root and the file excludes it; open documents are judged on their editor text.
 
@@ -312,7 +312,9 @@ class WorkspaceIndex:
         # listed loses its claim and so is not removed for being missing from the list.
         with self._lock:
             self._claims = set(self._files)
-        listing = list_source_files(root, max_bytes=self.settings.max_bytes)
+        # Untracked files too: the watcher indexes a new file before anyone runs `git add`, and
+        # a rescan must not drop it again.
+        listing = list_source_files(root, max_bytes=self.settings.max_bytes, untracked=True)
         stats = IndexStats(skipped=dict(listing.skipped))
         files = self._unignored(root, listing.files, stats)
         stats.files = len(files)
