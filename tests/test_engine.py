@@ -25,6 +25,7 @@ from lookahead_lsp.engine import (
     EngineSettings,
     PromptWindows,
 )
+from lookahead_lsp.engine.healing import mid_word
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.tokenizer import tokenize_file_text
 from tiny_gguf import write_tiny_gguf
@@ -184,10 +185,36 @@ def test_empty_document(engine: Engine) -> None:
 
 
 def test_time_budget_counts_generation_and_always_allows_one_pass(engine: Engine) -> None:
-    request = CompletionRequest("def add(a, b):\n    return a", "", "budget.py")
+    request = CompletionRequest("def add(a, b):\n    return a +", "", "budget.py")
     result = engine.complete(request, DecodeOptions(draft="none", max_tokens=32, time_budget_ms=0.001))
     assert result.stop_reason == "time-budget"
     assert result.stats.passes == 1 and result.stats.tokens == 1 and result.text
+
+
+STACK = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        self.items.append(item)\n\n"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "suffix", "start"),
+    [
+        (STACK + "    de", "", "f "),  # unhealed, the model continued the token "de": "letep = False"
+        ("def add(a, b):\n    ret", "", "urn "),  # unhealed: " = a + b"
+        ("import os\nprint(os.getc", ")\n", "wd()"),
+    ],
+)
+def test_a_partly_typed_word_is_finished(engine: Engine, prefix: str, suffix: str, start: str) -> None:
+    result = engine.complete(CompletionRequest(prefix, suffix, "healing.py"), DecodeOptions(max_tokens=16))
+    assert result.text.startswith(start)
+
+
+def test_token_prefixes_find_every_token_starting_with_a_text(engine: Engine) -> None:
+    tokenizer = engine.tokenizer
+    pieces = [tokenizer.piece(token).decode("utf-8", "replace") for token in range(tokenizer.n_vocab)]
+    for text in ("de", " sel", "getc", "_", "    de"):
+        expected = sorted(t for t, piece in enumerate(pieces) if piece and piece.startswith(text))
+        assert sorted(engine.token_prefixes.starting_with(text).tolist()) == expected
+    assert mid_word("x = fo", "") and mid_word("x = fo", ")") and mid_word("a_1", " ")
+    assert not mid_word("x = fo", "o") and not mid_word("x = ", "") and not mid_word("", "")
 
 
 def test_mid_line_completion_stays_on_its_line(engine: Engine) -> None:

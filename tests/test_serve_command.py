@@ -130,8 +130,9 @@ def test_sigterm_saves_and_a_restart_reuses_the_index(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     for round_ in range(2):
         log_path = tmp_path / f"server-{round_}.log"
+        # Info on stderr (over stdio it holds warnings only unless asked for more).
         with log_path.open("wb") as log_file, subprocess.Popen(
-            _command(cache), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file
+            _command(cache, "--log-level", "info"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file
         ) as process:
             assert process.stdin is not None and process.stdout is not None
             process.stdin.write(_frame(_initialize(root)))

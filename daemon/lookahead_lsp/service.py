@@ -148,6 +148,7 @@ class LookaheadService:
             path = resolve_model_path(None, s.model_path)
             engine = Engine(EngineSettings(path, s.context_size, s.threads, s.gpu_layers, self.cache_dir))
             _ = engine.cost_model  # measured once per machine; a few seconds the first time
+            _ = engine.token_prefixes  # for token healing; built here, not in the first request
         except (UserError, OSError, ValueError) as error:
             message = str(error)
             with self._lock:

@@ -121,6 +121,16 @@ class Tokenizer:
                 return text.raw[:length]
             capacity = -length
 
+    def piece(self, token: int, buffer: ctypes.Array[ctypes.c_char] | None = None) -> bytes:
+        """The text of one token as the model writes it, leading space included (control
+        tokens: empty). A caller asking for many may lend a buffer of 256 bytes or more."""
+        buffer = buffer if buffer is not None else ctypes.create_string_buffer(256)
+        length: int = llama_cpp.llama_token_to_piece(self._open_vocab(), token, buffer, len(buffer), 0, False)
+        if length < 0:  # longer than the buffer
+            buffer = ctypes.create_string_buffer(-length)
+            length = llama_cpp.llama_token_to_piece(self._open_vocab(), token, buffer, len(buffer), 0, False)
+        return buffer.raw[: max(0, length)]
+
     @property
     def fingerprint(self) -> int:
         """An identity of the vocabulary in [0, 2**64), stored in static cache headers so that a

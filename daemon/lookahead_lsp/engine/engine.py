@@ -23,6 +23,7 @@ import numpy as np
 from lookahead_lsp._lookup import NgramCache, StaticCache, draft_tree, draft_with_evidence
 from lookahead_lsp.engine import cost_model
 from lookahead_lsp.engine.cost_model import CostModel
+from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
 from lookahead_lsp.engine.policy import AcceptanceModel, best_draft_length
 from lookahead_lsp.engine.prompt import CompletionRequest, FimTokens, PromptBuilder, PromptWindows
 from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, ModelRuntime, RuntimeSettings
@@ -62,6 +63,7 @@ class DecodeOptions:
     lookup_branches: int = 3  # lookup / lookahead: branches of the token tree
     lookahead: LookaheadShape = LookaheadShape()
     trace: bool = False  # record, per emitted token, the verifying pass's top two logits
+    heal: bool = True  # token healing at the end of a partly typed word (healing.py)
 
     def __post_init__(self) -> None:
         if self.draft not in DRAFT_MODES:
@@ -182,6 +184,7 @@ class Engine:
         self.prompts = PromptBuilder(self.tokenizer, self._bos(), self._fim_tokens())
         self.acceptance = AcceptanceModel()
         self._cost: CostModel | None = None
+        self._token_prefixes: TokenPrefixes | None = None
         # The last request's text before the cursor and everything it generated.
         self.last: tuple[str, str] | None = None
 
@@ -191,6 +194,13 @@ class Engine:
         if self._cost is None:
             self._cost = cost_model.load_or_measure(self.runtime, self.settings.cache_dir)
         return self._cost
+
+    @property
+    def token_prefixes(self) -> TokenPrefixes:
+        """The sorted vocabulary token healing looks in: built on first use (a second or two)."""
+        if self._token_prefixes is None:
+            self._token_prefixes = TokenPrefixes(self.tokenizer)
+        return self._token_prefixes
 
     @property
     def fill_in_the_middle(self) -> bool:
@@ -278,6 +288,8 @@ class _Run:
         self.cut: int | None = None
         self.lead: list[int] = []  # prompt tokens still to evaluate, in the first step's pass
         self.previous: list[int] = []  # the rest of the last completion, drafted first
+        self.healed = ""  # the text of the prompt token given up for healing
+        self.heal_ids: np.ndarray | None = None  # the first token's choices while healing
 
     def _step_room(self) -> int:
         """Positions one step may use beyond the current token."""
@@ -291,7 +303,11 @@ class _Run:
         max_prompt = rt.n_ctx - o.max_tokens - self._step_room()
         if max_prompt < 16:
             raise ValueError(f"max_tokens {o.max_tokens} leaves no room for a prompt in n_ctx {rt.n_ctx}")
-        prompt = self.engine.prompts.build(self.request, o.windows, max_prompt)
+        heal = o.heal and mid_word(self.request.prefix, self.request.suffix)
+        prompt = self.engine.prompts.build(self.request, o.windows, max_prompt, heal)
+        if prompt.healed_token is not None:
+            self.healed = self.engine.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
+            self.heal_ids = self.engine.token_prefixes.starting_with(self.healed)
         self.stats.prompt_tokens = len(prompt.tokens)
         if not prompt.tokens:
             return self._finish("end-of-generation")
@@ -312,7 +328,7 @@ class _Run:
         self.history = list(prompt.tokens)
         rest = self.engine.previous_continuation(self.request.prefix)
         if rest:
-            self.previous = self.engine.tokenizer.tokenize(rest).tolist()
+            self.previous = self.engine.tokenizer.tokenize(self.healed + rest).tolist()
         if o.draft == "lookahead":
             self.window = LookaheadWindow(o.lookahead, prompt.tokens)
         elif o.draft == "auto":
@@ -421,6 +437,10 @@ class _Run:
         t = time.perf_counter()
         logits = rt.decode_batch()
         choices = np.argmax(logits, axis=1).tolist()
+        if self.heal_ids is not None:
+            # The first token redoes the healed one: the best that starts with its text.
+            ids, self.heal_ids = self.heal_ids, None
+            choices[root_row] = int(ids[np.argmax(logits[root_row, ids])])
         self.stats.ms_model += (time.perf_counter() - t) * 1000
         self.stats.passes += 1
         self.stats.drafted += len(tree)
@@ -477,7 +497,9 @@ class _Run:
     # -- the result --------------------------------------------------------------------------
 
     def generated_text(self) -> str:
-        return self.engine.tokenizer.detokenize(self.generated).decode("utf-8", "ignore")
+        text = self.engine.tokenizer.detokenize(self.generated).decode("utf-8", "ignore")
+        # The healed token's text was typed already; the completion is what follows it.
+        return text[len(self.healed) :] if self.healed and text.startswith(self.healed) else text
 
     def _finish(self, reason: str) -> Completion:
         text = self.generated_text()

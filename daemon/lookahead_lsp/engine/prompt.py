@@ -65,6 +65,8 @@ class Prompt:
     # sequence: the request's context cache is built from them (never across their seams).
     sources: list[TokenArray] = field(default_factory=list)
     fill_in_the_middle: bool = False
+    # With healing: the prefix's last token, left out of the prompt for the model to redo.
+    healed_token: int | None = None
 
 
 def comment_marker(path: str) -> str:
@@ -108,13 +110,19 @@ class PromptBuilder:
         self.bos = bos
         self.fim = fim
 
-    def build(self, request: CompletionRequest, windows: PromptWindows, max_tokens: int) -> Prompt:
+    def build(
+        self, request: CompletionRequest, windows: PromptWindows, max_tokens: int, heal: bool = False
+    ) -> Prompt:
         """A prompt of at most max_tokens tokens; the farthest text goes first when it must be
-        shortened: extra chunks, then the far end of the prefix, then the suffix."""
+        shortened: extra chunks, then the far end of the prefix, then the suffix. heal: the
+        prefix's last token is left out (see healing.py)."""
         fixed = (1 if self.bos is not None else 0) + (8 if self.fim else 0)
         budget = max(0, max_tokens - fixed)
         prefix_budget = min(windows.prefix_tokens, budget)
         prefix_tokens = self._prefix_tokens(request.prefix, prefix_budget)
+        healed = int(prefix_tokens[-1]) if heal and len(prefix_tokens) else None
+        if healed is not None:
+            prefix_tokens = prefix_tokens[:-1]
         suffix_tokens = self._suffix_tokens(request.suffix, windows.suffix_tokens)
         used_suffix = suffix_tokens if self.fim else suffix_tokens[:0]
         left = budget - len(prefix_tokens) - len(used_suffix)
@@ -127,7 +135,7 @@ class PromptBuilder:
         else:
             tokens = self._plain_layout(chunks, prefix_tokens)
         sources = [prefix_tokens, suffix_tokens, *(c for _, c in chunks)]
-        return Prompt(tokens, [s for s in sources if len(s)], self.fim is not None)
+        return Prompt(tokens, [s for s in sources if len(s)], self.fim is not None, healed)
 
     def _prefix_tokens(self, prefix: str, budget: int) -> TokenArray:
         start = stable_prefix_start(prefix, budget * _CHARS_PER_TOKEN)
