@@ -452,7 +452,11 @@ class LookaheadService:
             totals["files"] += s.files
             totals["tokens"] += s.tokens
             totals["ngrams"] += s.ngrams
-            indexing = indexing or s.state == "indexing" or (folder.thread is not None and folder.thread.is_alive())
+            # A folder without a thread yet waits for the model (or is about to start); only a
+            # model that failed to load leaves it unindexed for good.
+            waiting = folder.thread is None and error is None
+            running = folder.thread is not None and folder.thread.is_alive()
+            indexing = indexing or s.state == "indexing" or waiting or running
         statics = [str(f.static_path) for f in folders if f.static is not None]
         return {
             "version": __version__,
