@@ -2,9 +2,10 @@
 // Chromium: open a Python file of the sample project, type the start of a statement, wait for
 // the daemon's ghost text, accept it with Tab, save, and check the file on disk. Also checks
 // that the ghost text is the daemon's last completion (via "Lookahead: Show Server Status"),
-// that the status bar reports the completion's figures, and that nothing is requested once
-// completions are toggled off. Started by run.sh; writes screenshots and result.json to
-// $ARTIFACTS; exits non-zero on failure.
+// that the status bar reports the completion's figures, that nothing is requested once
+// completions are toggled off, and that "Rebuild Workspace Index" indexes the files again.
+// Started by run.sh; writes screenshots and result.json to $ARTIFACTS; exits non-zero on
+// failure.
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -229,6 +230,14 @@ try {
     throw new Error('completions were requested or shown while toggled off');
   }
   step('toggled off: no requests');
+
+  // Rebuilding the index tokenizes both files again (the daemon's log line comes through the
+  // extension's output channel).
+  const rebuilt = () => readAll(logFiles(/Lookahead\.log$/)).split(': 2 files (2 tokenized, 0 unchanged)').length;
+  const rebuiltBefore = rebuilt();
+  await runCommand(page, 'Lookahead: Rebuild Workspace Index');
+  await until('the index to be rebuilt', () => rebuilt() > rebuiltBefore, 30_000);
+  step('workspace index rebuilt');
 } catch (e) {
   failure = e;
   result.error = String(e.stack ?? e);
