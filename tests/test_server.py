@@ -193,6 +193,22 @@ async def test_completion_fallback_item(client: LanguageClient, workspace: Path)
 
 
 @pytest.mark.asyncio
+async def test_unsaved_document_gets_completions(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace)
+    await _ready(client)
+    uri = "untitled:Untitled-1"  # a new editor tab, never saved: no path, no workspace folder
+    text = (workspace / ORDERS).read_text()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+        )
+    )
+    result = await _inline(client, uri, 17, 8)
+    assert result is not None and len(result.items) == 1 and result.items[0].insert_text.strip()
+    assert (await _status(client))["index"]["files"] == 2  # nothing of it entered the index
+
+
+@pytest.mark.asyncio
 async def test_newer_request_supersedes_older(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace, {"maxTokens": 128, "timeBudgetMs": None})
     await _ready(client)

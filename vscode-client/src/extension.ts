@@ -131,7 +131,8 @@ class LookaheadExtension implements vscode.Disposable {
     const serverOptions: ServerOptions = { command: line.command, args: line.args, options: { cwd } };
     let died = false;
     const clientOptions: LanguageClientOptions = {
-      documentSelector: [{ scheme: 'file' }],
+      // Unsaved editors too: the daemon completes them from their text alone.
+      documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
       outputChannel: this.out,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
       initializationOptions: toInitializationOptions(this.settings),
