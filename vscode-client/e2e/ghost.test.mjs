@@ -3,10 +3,12 @@
 // the daemon's ghost text, accept it with Tab, save, and check the file on disk. Also checks
 // that the ghost text is the daemon's last completion (via "Lookahead: Show Server Status"),
 // that the status bar reports the completion's figures, that nothing is requested once
-// completions are toggled off, and that "Rebuild Workspace Index" indexes the files again.
+// completions are toggled off, that "Rebuild Workspace Index" indexes the files again, and that
+// a daemon that dies is started again.
 // Started by run.sh; writes screenshots and result.json to $ARTIFACTS; exits non-zero on
 // failure.
 import { chromium } from 'playwright-core';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -238,6 +240,15 @@ try {
   await runCommand(page, 'Lookahead: Rebuild Workspace Index');
   await until('the index to be rebuilt', () => rebuilt() > rebuiltBefore, 30_000);
   step('workspace index rebuilt');
+
+  // A daemon that dies is started again (after 1 s, the first step of the back-off).
+  await runCommand(page, 'Lookahead: Toggle Inline Completions'); // on again
+  await page.waitForSelector('.quick-input-widget', { state: 'hidden' });
+  execFileSync('pkill', ['-f', '--', `--cache-dir ${path.join(ROOT, 'daemon-cache')}`]);
+  await until('the restart to be announced', () => readAll(logFiles(/Lookahead\.log$/)).includes('server exited; restarting in 1 s'), 15_000);
+  await until('the daemon to be ready again', async () => page.evaluate(() => [...document.querySelectorAll('.statusbar-item')]
+    .some((e) => e.textContent.trim() === 'Lookahead' && e.querySelector('.codicon-check'))), 60_000, 250);
+  step('daemon killed and restarted');
 } catch (e) {
   failure = e;
   result.error = String(e.stack ?? e);
