@@ -78,6 +78,8 @@ class Folder:
     static_path: Path | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
+    # Set once the first indexing has ended (its watcher running) or failed.
+    indexed: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -271,6 +273,8 @@ class LookaheadService:
             folder.watcher.start()
         except (OSError, UserError, ValueError, RuntimeError) as error:
             self.client.show(logging.WARNING, f"lookahead-lsp: cannot index {folder.root}: {error}")
+        finally:
+            folder.indexed.set()
 
     def _index_tokenizer(self) -> Tokenizer:
         with self._lock:
@@ -452,11 +456,11 @@ class LookaheadService:
             totals["files"] += s.files
             totals["tokens"] += s.tokens
             totals["ngrams"] += s.ngrams
-            # A folder without a thread yet waits for the model (or is about to start); only a
-            # model that failed to load leaves it unindexed for good.
-            waiting = folder.thread is None and error is None
-            running = folder.thread is not None and folder.thread.is_alive()
-            indexing = indexing or s.state == "indexing" or waiting or running
+            # Until its first indexing ends a folder counts as indexing, also while it waits for
+            # the model or for its thread to start; only a model that failed to load leaves it
+            # unindexed for good. Later rescans show in the index's own state.
+            pending = not folder.indexed.is_set() and error is None
+            indexing = indexing or s.state == "indexing" or pending
         statics = [str(f.static_path) for f in folders if f.static is not None]
         return {
             "version": __version__,
