@@ -53,7 +53,7 @@ class CompletionWorker(Generic[T]):
             if self._stopped:
                 _resolve(job.future, None)
                 return job.future
-            self._drop(key)
+            self._drop(lambda old: old.key == key)
             self._queue.append(job)
             self._lock.notify_all()
         return job.future
@@ -61,20 +61,14 @@ class CompletionWorker(Generic[T]):
     def cancel(self, key: str) -> None:
         """Drops every job with this key (the document was closed)."""
         with self._lock:
-            self._drop(key)
+            self._drop(lambda job: job.key == key)
 
     def cancel_job(self, future: Future[T | None]) -> None:
         """Drops the one job `submit` returned this future for, queued or running. A cancelled
         request must not take a newer request for the same document with it: the editor's
         $/cancelRequest for a keystroke can arrive after the next keystroke's request."""
         with self._lock:
-            for job in [j for j in self._queue if j.future is future]:
-                self._queue.remove(job)
-                _resolve(job.future, None)
-                self.superseded += 1
-            if self._running is not None and self._running.future is future:
-                self._running.cancel.cancel()
-                self.superseded += 1
+            self._drop(lambda job: job.future is future)
 
     def stop(self) -> None:
         with self._lock:
@@ -87,13 +81,13 @@ class CompletionWorker(Generic[T]):
             self._lock.notify_all()
         self._thread.join(timeout=10)
 
-    def _drop(self, key: str) -> None:
-        """Supersedes every job with this key, queued or running (lock held)."""
-        for job in [j for j in self._queue if j.key == key]:
+    def _drop(self, matches: Callable[[_Job[T]], bool]) -> None:
+        """Supersedes every job that matches, queued or running (lock held)."""
+        for job in [j for j in self._queue if matches(j)]:
             self._queue.remove(job)
             _resolve(job.future, None)
             self.superseded += 1
-        if self._running is not None and self._running.key == key:
+        if self._running is not None and matches(self._running):
             self._running.cancel.cancel()
             self.superseded += 1
 
