@@ -93,14 +93,14 @@ class SourceFiles:
 def list_source_files(root: Path, max_bytes: int = DEFAULT_MAX_BYTES, untracked: bool = False) -> SourceFiles:
     """The source files under root: git's tracked files when root is inside a git checkout
     (with untracked: also the files git would not ignore but has not been told of, as in a
-    live workspace where new files are written before they are added), otherwise every file not
-    excluded by a .gitignore (nested ones included). A root inside a
-    checkout with nothing tracked under it (an ignored folder, a repository with nothing added
-    yet) is walked as a plain folder. The walk does not enter folders of generated content
+    live workspace where new files are written before they are added), otherwise every file
+    not excluded by a .gitignore (nested ones included). A root inside a checkout with nothing
+    tracked under it (an ignored folder, a repository with nothing added yet) is walked as a
+    plain folder. The walk does not enter folders of generated content
     (node_modules, build, ...); tracked files inside them are counted as generated. Folder
     symlinks are never followed; files that vanish meanwhile are left out uncounted."""
     root = Path(root)
-    candidates = _git_tracked_files(root, untracked) or _walk_unignored(root)
+    candidates = _git_listed_files(root, untracked) or _walk_unignored(root)
     result = SourceFiles()
     reasons: Counter[str] = Counter()
     for relative in candidates:
@@ -171,7 +171,7 @@ def has_generated_marker(head: bytes) -> bool:
     return any(marker in lowered for marker in _MARKERS_ANY_CASE)
 
 
-def _git_tracked_files(root: Path, untracked: bool = False) -> list[PurePosixPath] | None:
+def _git_listed_files(root: Path, untracked: bool = False) -> list[PurePosixPath] | None:
     """Tracked files under root relative to it (and untracked ones git does not ignore); None
     when root is not in a git checkout or git is not installed."""
     # These would point git at another repository or index than root's (git hooks set some).

@@ -3,9 +3,10 @@ current as files change on disk and in the editor. Each file's own tokens are ke
 update removes exactly what the file added before.
 
 Which files count: those list_source_files finds (in a git checkout the tracked files and the
-untracked ones git does not ignore, elsewhere a walk honouring .gitignore), less those matching the user's ignore patterns. A file that appears later (a disk
-event, an opened document) counts when files.py's rules accept it and no .gitignore between the
-root and the file excludes it; open documents are judged on their editor text.
+untracked ones git does not ignore, elsewhere a walk honouring .gitignore), less those matching
+the user's ignore patterns. A file that appears later (a disk event, an opened document) counts
+when files.py's rules accept it and no .gitignore between the root and the file excludes it;
+open documents are judged on their editor text.
 
 Threads: any method may be called from any thread, and `cache` may be read at any time (the
 NgramCache has its own reader/writer lock). The per-file bookkeeping is guarded by one lock,
