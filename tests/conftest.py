@@ -24,3 +24,12 @@ def tokenizer(model_path: Path) -> Iterator[Tokenizer]:
     about a second). Do not close it."""
     with Tokenizer(model_path) as loaded:
         yield loaded
+
+
+@pytest.fixture
+def hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Keeps git from finding a repository above tmp_path, or one named by the environment
+    (git hooks set some of these)."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name, raising=False)

@@ -22,14 +22,7 @@ from lookahead_lsp.workspace.files import (
 
 MAX_BYTES = 1000
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
-
-
-@pytest.fixture(autouse=True)
-def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # Keep git from finding a repository above tmp_path, or one named by the environment.
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("hermetic_git")
 
 
 def _write(root: Path, relative: str, content: bytes | str = "x = 1\n") -> Path:

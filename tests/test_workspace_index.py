@@ -55,12 +55,7 @@ UNWANTED = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # Keep git from finding a repository above tmp_path, or one named by the environment.
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("hermetic_git")
 
 
 @pytest.fixture

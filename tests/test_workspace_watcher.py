@@ -21,7 +21,10 @@ from lookahead_lsp.workspace.watcher import BatchReport, WorkspaceWatcher
 # watchdog's inotify thread registers a folder twice when folders are created in quick
 # succession (mkdir -p) and warns about it; harmless, but under the project's "warnings are
 # errors" the warning would end that thread, and with it all watching in the process.
-pytestmark = pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning"),
+    pytest.mark.usefixtures("hermetic_git"),
+]
 
 TIMEOUT_S = 10.0
 POLL_S = 0.02
@@ -93,13 +96,6 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
         time.sleep(POLL_S)
-
-
-@pytest.fixture(autouse=True)
-def _hermetic_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
