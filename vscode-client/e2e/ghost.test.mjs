@@ -55,9 +55,14 @@ function readAll(files) {
   return files.map((f) => fs.readFileSync(f, 'utf8')).join('\n');
 }
 
+/** The extension's output channel as written to disk (its own lines and the daemon's log). */
+function extensionLog() {
+  return readAll(logFiles(/Lookahead\.log$/));
+}
+
 /** The last status object "Lookahead: Show Server Status" wrote to the extension's log. */
 function lastLoggedStatus() {
-  const text = readAll(logFiles(/Lookahead\.log$/));
+  const text = extensionLog();
   const at = text.lastIndexOf('lookahead/status at ');
   if (at < 0) return undefined;
   const start = text.indexOf('{', at);
@@ -88,12 +93,27 @@ function statusBarTexts(page) {
   return page.evaluate(() => [...document.querySelectorAll('.statusbar-item')].map((e) => e.textContent.trim()));
 }
 
+/** Runs a command from the palette; returns once the palette has closed (the focus is back). */
 async function runCommand(page, title) {
   await page.keyboard.press('F1');
   await page.waitForSelector('.quick-input-widget input', { state: 'visible' });
   await page.keyboard.type(title);
   await page.waitForSelector(`.quick-input-list .monaco-list-row[aria-label*="${title}"]`);
   await page.keyboard.press('Enter');
+  await page.waitForSelector('.quick-input-widget', { state: 'hidden' });
+}
+
+/** Waits for the status bar's check mark: the model loaded and the workspace indexed. Fails at
+ * once when it shows the error mark (the daemon could not be started). */
+function daemonReady(page, what, timeoutMs) {
+  return until(what, async () => {
+    const state = await page.evaluate(() => {
+      const item = [...document.querySelectorAll('.statusbar-item')].find((e) => e.textContent.trim() === 'Lookahead');
+      return item?.querySelector('.codicon-check') ? 'ready' : item?.querySelector('.codicon-error') ? 'failed' : '';
+    });
+    if (state === 'failed') throw new Error('the extension could not start the daemon (see Lookahead.log)');
+    return state === 'ready';
+  }, timeoutMs, 250);
 }
 
 const browser = await chromium.launch({
@@ -125,15 +145,7 @@ try {
   await until('the extension to activate', () =>
     readAll(logFiles(/exthost\.log$/)).includes(`_doActivateExtension ${EXTENSION_ID}`), 90_000);
   step('extension activated');
-  // Ready: the model is loaded and the workspace indexed (a check mark and no spinner).
-  await until('the daemon to be ready', async () => {
-    const state = await page.evaluate(() => {
-      const item = [...document.querySelectorAll('.statusbar-item')].find((e) => e.textContent.trim() === 'Lookahead');
-      return item?.querySelector('.codicon-check') ? 'ready' : item?.querySelector('.codicon-error') ? 'failed' : '';
-    });
-    if (state === 'failed') throw new Error('the extension could not start the daemon (see Lookahead.log)');
-    return state === 'ready';
-  }, 120_000, 250);
+  await daemonReady(page, 'the daemon to be ready', 120_000);
   step('daemon ready (status bar)');
 
   await page.keyboard.press('Control+P');
@@ -157,7 +169,7 @@ try {
   // editor's race, not ours: retype the last character once. A request that was made and came
   // back empty is not retried.
   const cursorAt = `orders.py:${LINE}:${9 + TYPED.length}`;
-  const asked = () => readAll(logFiles(/Lookahead\.log$/)).includes(`inline completion at shop/${cursorAt}: asking`);
+  const asked = () => extensionLog().includes(`inline completion at shop/${cursorAt}: asking`);
   if (!(await until('a request', asked, 5_000).catch(() => false))) {
     result.retyped = true;
     step('no inline completion request from VS Code: retyping the last character');
@@ -197,7 +209,6 @@ try {
 
   // The palette took the focus and the ghost text went away; it comes back on the next edit
   // (from the daemon's suggestion cache, as when the user types on).
-  await page.waitForSelector('.quick-input-widget', { state: 'hidden' });
   await page.keyboard.press('Backspace');
   await page.keyboard.type(TYPED.slice(-1));
   await until('the ghost text again', async () => (await renderedGhost(page)) === result.ghost, 30_000);
@@ -219,12 +230,11 @@ try {
   step('accepted with Tab and saved');
 
   // Toggled off, typing asks the daemon nothing.
-  const asking = () => readAll(logFiles(/Lookahead\.log$/)).split(': asking the server').length;
+  const asking = () => extensionLog().split(': asking the server').length;
   const askedBefore = asking();
   await runCommand(page, 'Lookahead: Toggle Inline Completions');
   await until('the status bar to show completions off', () => page.evaluate(() =>
     [...document.querySelectorAll('.statusbar-item')].some((e) => e.querySelector('.codicon-circle-slash'))), 10_000);
-  await page.waitForSelector('.quick-input-widget', { state: 'hidden' });
   await page.keyboard.press('Enter');
   await page.keyboard.type('return', { delay: 60 });
   await page.waitForTimeout(2000); // requests are asked for within ~100 ms of a key when on
@@ -235,7 +245,7 @@ try {
 
   // Rebuilding the index tokenizes both files again (the daemon's log line comes through the
   // extension's output channel).
-  const rebuilt = () => readAll(logFiles(/Lookahead\.log$/)).split(': 2 files (2 tokenized, 0 unchanged)').length;
+  const rebuilt = () => extensionLog().split(': 2 files (2 tokenized, 0 unchanged)').length;
   const rebuiltBefore = rebuilt();
   await runCommand(page, 'Lookahead: Rebuild Workspace Index');
   await until('the index to be rebuilt', () => rebuilt() > rebuiltBefore, 30_000);
@@ -243,11 +253,9 @@ try {
 
   // A daemon that dies is started again (after 1 s, the first step of the back-off).
   await runCommand(page, 'Lookahead: Toggle Inline Completions'); // on again
-  await page.waitForSelector('.quick-input-widget', { state: 'hidden' });
   execFileSync('pkill', ['-f', '--', `--cache-dir ${path.join(ROOT, 'daemon-cache')}`]);
-  await until('the restart to be announced', () => readAll(logFiles(/Lookahead\.log$/)).includes('server exited; restarting in 1 s'), 15_000);
-  await until('the daemon to be ready again', async () => page.evaluate(() => [...document.querySelectorAll('.statusbar-item')]
-    .some((e) => e.textContent.trim() === 'Lookahead' && e.querySelector('.codicon-check'))), 60_000, 250);
+  await until('the restart to be announced', () => extensionLog().includes('server exited; restarting in 1 s'), 15_000);
+  await daemonReady(page, 'the daemon to be ready again', 60_000);
   step('daemon killed and restarted');
 } catch (e) {
   failure = e;
