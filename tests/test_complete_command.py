@@ -45,6 +45,16 @@ def test_exact_token_count_without_stop_rules(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["stats"]["tokens"] == 12
 
 
+def test_healing_finishes_the_typed_word_unless_turned_off(tmp_path: Path) -> None:
+    source = tmp_path / "add.py"
+    source.write_text("def add(a, b):\n    ret")
+    healed = _cli("complete", f"{source}:2:8", "--max-tokens", "8", "--json", cache=tmp_path)
+    plain = _cli("complete", f"{source}:2:8", "--max-tokens", "8", "--no-heal", "--json", cache=tmp_path)
+    assert healed.returncode == 0 and plain.returncode == 0, healed.stderr + plain.stderr
+    assert json.loads(healed.stdout)["completion"].startswith("urn ")
+    assert not json.loads(plain.stdout)["completion"].startswith("urn")  # the model went on from "ret"
+
+
 @pytest.mark.parametrize(
     "position,message",
     [("nofile.py:1:1", "cannot read"), ("{sample}:999:1", "past the end"), ("{sample}:0:1", "start at 1"),

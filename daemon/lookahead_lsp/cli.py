@@ -115,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument(
         "--no-stop-rules", action="store_true", help="generate exactly --max-tokens tokens (benchmarks)"
     )
+    comp.add_argument(
+        "--no-heal", action="store_true", help="no token healing at the end of a partly typed word"
+    )
     comp.add_argument("--model", metavar="GGUF", help="model to complete with")
     comp.add_argument("--ctx-size", type=int, default=4096, metavar="N", help="context size (4096)")
     comp.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: all cores)")

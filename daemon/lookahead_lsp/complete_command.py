@@ -65,6 +65,7 @@ def complete(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens,
             time_budget_ms=args.time_budget_ms,
             stop_rules=not args.no_stop_rules,
+            heal=not args.no_heal,
         )
     except ValueError as error:
         raise UserError(str(error)) from error
