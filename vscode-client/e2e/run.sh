@@ -53,14 +53,17 @@ export HOME=$ROOT/home XDG_CONFIG_HOME=$ROOT/home/.config XDG_DATA_HOME=$ROOT/ho
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 MODEL=$(HOME=$(getent passwd "$(id -u)" | cut -d: -f6) "$(dirname "$DAEMON")/python" -c \
   'from lookahead_lsp.models import resolve_model_path; print(resolve_model_path(None))')
-mkdir -p "$HOME" "$ROOT/user-data/User" "$ROOT/extensions"
+mkdir -p "$HOME" "$ROOT/user-data/User" "$ROOT/user-data/Machine" "$ROOT/extensions"
 cp -r "$HERE/../../examples/sample-project" "$ROOT/workspace"
 echo 'bind-addr: 127.0.0.1:0' > "$ROOT/code-server.yaml"
 # VS Code's own distractions off (start page, telemetry, chat, word suggestions that would
-# compete for Tab); the extension pointed at this daemon and model.
+# compete for Tab) in the user settings; the extension pointed at this daemon and model in the
+# remote ("Machine") settings, since code-server is a remote window: there the user settings are
+# the browser's, and VS Code ignores machine-scoped settings (serverCommand, modelPath) from them.
 node -e '
-  const [daemon, model, cache, ...extra] = process.argv.slice(1);
-  console.log(JSON.stringify({
+  const fs = require("fs");
+  const [user, machine, daemon, model, cache, ...extra] = process.argv.slice(1);
+  fs.writeFileSync(user, JSON.stringify({
     "workbench.startupEditor": "none",
     "workbench.enableExperiments": false,
     "workbench.tips.enabled": false,
@@ -80,11 +83,13 @@ node -e '
     "editor.quickSuggestions": { "other": false, "comments": false, "strings": false },
     "editor.suggestOnTriggerCharacters": false,
     "editor.acceptSuggestionOnEnter": "off",
+  }, null, 2));
+  fs.writeFileSync(machine, JSON.stringify({
     "lookahead.serverCommand": [daemon, "serve", "--cache-dir", cache, ...extra],
     "lookahead.modelPath": model,
   }, null, 2));
-' "$DAEMON" "$MODEL" "$ROOT/daemon-cache" ${E2E_LOG_LEVEL:+--log-level "$E2E_LOG_LEVEL"} \
-  > "$ROOT/user-data/User/settings.json"
+' "$ROOT/user-data/User/settings.json" "$ROOT/user-data/Machine/settings.json" \
+  "$DAEMON" "$MODEL" "$ROOT/daemon-cache" ${E2E_LOG_LEVEL:+--log-level "$E2E_LOG_LEVEL"}
 
 CODE_SERVER=$CODE_SERVER_DIR/node_modules/.bin/code-server
 "$CODE_SERVER" --extensions-dir "$ROOT/extensions" --install-extension "$VSIX" > "$ARTIFACTS/install.log" 2>&1 ||

@@ -17,16 +17,21 @@ import {
 } from 'vscode-languageclient/node';
 import {
   CommandLine,
+  ConfiguredCommand,
   DaemonStatus,
+  Located,
   LookaheadSettings,
   RestartBackoff,
   ServerState,
+  cacheFolder,
+  checkPathSettings,
   completionsEnabled,
   configurationChangeParams,
   debounce,
-  findExecutable,
+  ensureCacheFolder,
   formatCommandLine,
   formatStatusBar,
+  locateProgram,
   needsRestart,
   readSettings,
   resolveBuildCacheCommand,
@@ -38,9 +43,11 @@ const POLL_MS = 2000;
 const STATUS_REQUEST = 'lookahead/status';
 const REBUILD_INDEX_REQUEST = 'lookahead/rebuildIndex';
 
-function loadSettings(): LookaheadSettings {
+/** The settings and what is wrong with them. In an untrusted workspace VS Code hands out only
+ * user-level values of the restricted settings (package.json's untrustedWorkspaces). */
+function loadSettings(): { settings: LookaheadSettings; problems: string[] } {
   const config = vscode.workspace.getConfiguration('lookahead');
-  return readSettings((key) => config.get(key));
+  return checkPathSettings(readSettings((key) => config.get(key)), os.homedir());
 }
 
 function isExecutableFile(file: string): boolean {
@@ -57,6 +64,17 @@ function message(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+/** The command line with its program as an absolute path (or why there is none). Programs in the
+ * workspace's folders are not looked for on PATH until the user trusts the workspace. */
+function locate(line: ConfiguredCommand): Located {
+  const folders = vscode.workspace.isTrusted ? [] : (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
+  return locateProgram(line, { env: process.env, home: os.homedir(), isExecutableFile, excludedFolders: folders });
+}
+
+/** Where the server and build-cache start: never a workspace folder, where `python -m` would
+ * import the repository's own modules first. Their arguments carry absolute paths. */
+const PROCESS_CWD = os.homedir();
+
 /** The extension while it is active: one language client at a time (replaced on restart), the
  * status bar item that mirrors the daemon, and the commands. */
 class LookaheadExtension implements vscode.Disposable {
@@ -64,7 +82,11 @@ class LookaheadExtension implements vscode.Disposable {
   private readonly statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
   private readonly backoff = new RestartBackoff(5, 1000);
   private readonly poll = setInterval(() => void this.pollStatus(), POLL_MS);
-  private settings = loadSettings();
+  private settings: LookaheadSettings;
+  /** The refused settings last shown to the user, so that one message is shown once. */
+  private shownProblems = '';
+  /** What the current server runs (or why it could not): a change restarts it. */
+  private launched: Located | undefined;
   private client: LanguageClient | undefined;
   /** Bumped for every client started or stopped, so that events of an older one are ignored. */
   private generation = 0;
@@ -76,6 +98,7 @@ class LookaheadExtension implements vscode.Disposable {
   private restartTimer: NodeJS.Timeout | undefined;
 
   constructor() {
+    this.settings = this.loadSettings();
     this.statusItem.name = 'Lookahead';
     this.statusItem.command = 'lookahead.showStatus';
     this.updateStatusBar();
@@ -93,6 +116,9 @@ class LookaheadExtension implements vscode.Disposable {
       vscode.workspace.onDidChangeConfiguration((e) => {
         if (e.affectsConfiguration('lookahead')) this.settingsChanged();
       }),
+      // Trust lets workspace values of the restricted settings and the PATH entries in the
+      // workspace count.
+      vscode.workspace.onDidGrantWorkspaceTrust(() => this.settingsChanged()),
     ];
   }
 
@@ -106,29 +132,44 @@ class LookaheadExtension implements vscode.Disposable {
     this.out.info(line);
   }
 
+  private loadSettings(): LookaheadSettings {
+    const { settings, problems } = loadSettings();
+    const text = problems.join(' ');
+    if (text !== '' && text !== this.shownProblems) {
+      this.log(text);
+      void vscode.window.showErrorMessage(`Lookahead: ${text}`, 'Open Settings').then((choice) => {
+        if (choice) void vscode.commands.executeCommand('workbench.action.openSettings', 'lookahead.');
+      });
+    }
+    this.shownProblems = text;
+    return settings;
+  }
+
   // -- the language client ---------------------------------------------------------------------
 
   async startServer(): Promise<void> {
     const gen = ++this.generation;
-    const line = resolveServerCommand(this.settings);
-    const shown = formatCommandLine(line);
-    const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? os.homedir();
+    const configured = resolveServerCommand(this.settings);
+    const located = locate(configured);
+    this.launched = located;
     this.serverState = 'starting';
     this.lastStatus = undefined;
     this.indexingPercent = undefined;
     this.updateStatusBar();
 
-    if (!findExecutable(line.command, process.env, cwd, isExecutableFile)) {
+    if (!located.ok) {
       this.serverState = 'failed';
       this.updateStatusBar();
-      this.reportStartFailure(shown, `'${line.command}' was not found (PATH or the given path)`);
+      this.reportStartFailure(formatCommandLine(configured), located.error);
       return;
     }
+    const line = located.line;
+    const shown = formatCommandLine(line);
 
     this.log(`starting: ${shown}`);
     // No `transport`: with TransportKind.stdio the client would append --stdio to the user's
     // command line, which a wrapper script may not accept. Stdio is what it uses anyway.
-    const serverOptions: ServerOptions = { command: line.command, args: line.args, options: { cwd } };
+    const serverOptions: ServerOptions = { command: line.command, args: line.args, options: { cwd: PROCESS_CWD } };
     let died = false;
     const clientOptions: LanguageClientOptions = {
       // Unsaved editors too: the daemon completes them from their text alone.
@@ -274,10 +315,9 @@ class LookaheadExtension implements vscode.Disposable {
   }
 
   private settingsChanged(): void {
-    const before = this.settings;
-    this.settings = loadSettings();
+    this.settings = this.loadSettings();
     this.updateStatusBar();
-    if (needsRestart(before, this.settings)) {
+    if (this.launched !== undefined && needsRestart(this.launched, locate(resolveServerCommand(this.settings)))) {
       this.log('server command changed; restarting');
       void this.restartServer();
     } else if (this.client?.state === State.Running) {
@@ -350,9 +390,9 @@ class LookaheadExtension implements vscode.Disposable {
     void this.pollStatus();
   }
 
-  private runLogged(line: CommandLine, cwd: string, token: vscode.CancellationToken): Promise<number> {
+  private runLogged(line: CommandLine, token: vscode.CancellationToken): Promise<number> {
     return new Promise((resolve, reject) => {
-      const child = cp.spawn(line.command, line.args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = cp.spawn(line.command, line.args, { cwd: PROCESS_CWD, stdio: ['ignore', 'pipe', 'pipe'] });
       const cancel = token.onCancellationRequested(() => child.kill());
       child.stdout.on('data', (d: Buffer) => this.out.append(d.toString()));
       child.stderr.on('data', (d: Buffer) => this.out.append(d.toString()));
@@ -376,7 +416,16 @@ class LookaheadExtension implements vscode.Disposable {
     const folder =
       folders.length === 1 ? folders[0] : await vscode.window.showWorkspaceFolderPick({ placeHolder: 'Folder to index' });
     if (!folder) return;
-    const line = resolveBuildCacheCommand(this.settings, folder.uri.fsPath);
+    const configured = resolveBuildCacheCommand(this.settings, folder.uri.fsPath);
+    const located = locate(configured);
+    const unusable = located.ok ? ensureCacheFolder(cacheFolder(folder.uri.fsPath)) : located.error;
+    if (!located.ok || unusable !== undefined) {
+      const text = `Lookahead: cannot build the static cache (${unusable}). Command: ${formatCommandLine(configured)}`;
+      this.log(text);
+      void vscode.window.showErrorMessage(text);
+      return;
+    }
+    const line = located.line;
     const shown = formatCommandLine(line);
     this.out.show(true);
     this.log(`running: ${shown}`);
@@ -388,7 +437,7 @@ class LookaheadExtension implements vscode.Disposable {
           title: `Lookahead: building the static cache of ${folder.name}`,
           cancellable: true,
         },
-        (_progress, token) => this.runLogged(line, folder.uri.fsPath, token),
+        (_progress, token) => this.runLogged(line, token),
       );
     } catch (e) {
       this.log(`build-cache could not run (${message(e)}): ${shown}`);
@@ -404,9 +453,9 @@ class LookaheadExtension implements vscode.Disposable {
       if (choice) this.out.show(true);
       return;
     }
-    this.log(`static cache written: ${line.output}`);
+    this.log(`static cache written: ${configured.output}`);
     const choice = await vscode.window.showInformationMessage(
-      `Lookahead: static cache written to ${line.output}. Restart the server to use it?`,
+      `Lookahead: static cache written to ${configured.output}. Restart the server to use it?`,
       'Restart',
     );
     if (choice === 'Restart') await this.restartServer();

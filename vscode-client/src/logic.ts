@@ -1,5 +1,6 @@
 // Pure logic of the extension: no `vscode` import here, so it runs (and is tested) under plain Node.
 
+import * as fs from 'fs';
 import * as path from 'path';
 
 export type DraftMode = 'auto' | 'none' | 'lookup' | 'lookahead';
@@ -21,6 +22,7 @@ export interface LookaheadSettings {
   staticCachePath: string;
   ignoreGlobs: string[];
   threads: number | null;
+  gpuLayers: number;
   debounceMs: number;
   disabledLanguages: string[];
 }
@@ -40,6 +42,7 @@ export const DEFAULT_SETTINGS: Readonly<LookaheadSettings> = Object.freeze({
   staticCachePath: '',
   ignoreGlobs: [],
   threads: null,
+  gpuLayers: -1,
   debounceMs: 75,
   disabledLanguages: [],
 });
@@ -78,9 +81,45 @@ export function readSettings(get: (key: string) => unknown): LookaheadSettings {
     staticCachePath: text(get('staticCachePath'), d.staticCachePath),
     ignoreGlobs: strings(get('ignoreGlobs'), d.ignoreGlobs),
     threads: typeof threads === 'number' && threads >= 1 ? Math.round(threads) : null,
+    gpuLayers: Math.max(-1, integer(get('gpuLayers'), d.gpuLayers)),
     debounceMs: Math.max(0, integer(get('debounceMs'), d.debounceMs)),
     disabledLanguages: strings(get('disabledLanguages'), d.disabledLanguages),
   };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paths in settings
+
+/** Where a program or path came from, as the user would look it up in the settings. */
+export type Origin = 'lookahead.serverCommand' | 'lookahead.pythonPath' | 'default';
+
+function pathApi(platform: string): path.PlatformPath {
+  return platform === 'win32' ? path.win32 : path.posix;
+}
+
+/** `~` and `~/...` expanded against home, as a shell would; any other value as it is. */
+export function expandHome(value: string, home: string, platform: string = process.platform): string {
+  if (value === '~') return home;
+  const rest = value.startsWith('~/') || (platform === 'win32' && value.startsWith('~\\')) ? value.slice(2) : undefined;
+  return rest === undefined ? value : pathApi(platform).join(home, rest);
+}
+
+/** modelPath and staticCachePath as the daemon gets them: `~` expanded, and a relative path
+ * refused (reset to the default, with one message each). A relative path would be resolved
+ * against the folder the daemon happens to run in, not one the user chose. */
+export function checkPathSettings(
+  s: LookaheadSettings,
+  home: string,
+  platform: string = process.platform,
+): { settings: LookaheadSettings; problems: string[] } {
+  const problems: string[] = [];
+  const absolute = (key: 'modelPath' | 'staticCachePath'): string => {
+    const value = expandHome(s[key], home, platform);
+    if (value === '' || pathApi(platform).isAbsolute(value)) return value;
+    problems.push(`lookahead.${key} must be an absolute path, '${s[key]}' is relative; using the default instead.`);
+    return DEFAULT_SETTINGS[key];
+  };
+  return { settings: { ...s, modelPath: absolute('modelPath'), staticCachePath: absolute('staticCachePath') }, problems };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -91,16 +130,21 @@ export interface CommandLine {
   args: string[];
 }
 
+/** A command line as the settings give it, before its program is located. */
+export interface ConfiguredCommand extends CommandLine {
+  origin: Origin;
+}
+
 /** How the server is started: serverCommand as given; else `<pythonPath> -m lookahead_lsp serve`;
  * else `lookahead-lsp serve` from PATH. */
-export function resolveServerCommand(s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath'>): CommandLine {
+export function resolveServerCommand(s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath'>): ConfiguredCommand {
   if (s.serverCommand.length > 0) {
-    return { command: s.serverCommand[0], args: s.serverCommand.slice(1) };
+    return { command: s.serverCommand[0], args: s.serverCommand.slice(1), origin: 'lookahead.serverCommand' };
   }
   if (s.pythonPath !== '') {
-    return { command: s.pythonPath, args: ['-m', 'lookahead_lsp', 'serve'] };
+    return { command: s.pythonPath, args: ['-m', 'lookahead_lsp', 'serve'], origin: 'lookahead.pythonPath' };
   }
-  return { command: 'lookahead-lsp', args: ['serve'] };
+  return { command: 'lookahead-lsp', args: ['serve'], origin: 'default' };
 }
 
 /** The `build-cache` invocation for a workspace folder, from the same program the server runs:
@@ -110,16 +154,16 @@ export function resolveServerCommand(s: Pick<LookaheadSettings, 'serverCommand' 
 export function resolveBuildCacheCommand(
   s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath' | 'modelPath'>,
   folder: string,
-): CommandLine & { output: string } {
+): ConfiguredCommand & { output: string } {
   const server = resolveServerCommand(s);
   const serveAt = server.args.indexOf('serve');
   const base = serveAt >= 0 ? server.args.slice(0, serveAt) : [];
-  const output = path.join(folder, '.lookahead', 'static.cache');
+  const output = path.join(cacheFolder(folder), 'static.cache');
   const args = [...base, 'build-cache', folder, '-o', output];
   if (s.modelPath !== '') {
     args.push('--model', s.modelPath);
   }
-  return { command: server.command, args, output };
+  return { command: server.command, args, origin: server.origin, output };
 }
 
 /** A command line as a user would type it into a shell (for messages and the log). */
@@ -129,28 +173,83 @@ export function formatCommandLine(c: CommandLine): string {
     .join(' ');
 }
 
-/** Where `command` would be found: a path is checked as given (relative to cwd), a bare name
- * on each PATH entry (with PATHEXT suffixes on Windows). undefined when nowhere. */
-export function findExecutable(
-  command: string,
-  env: { PATH?: string; PATHEXT?: string },
-  cwd: string,
-  isExecutableFile: (file: string) => boolean,
-  platform: string = process.platform,
-): string | undefined {
+/** What locating a program looks at. */
+export interface ProgramSearch {
+  env: { PATH?: string; PATHEXT?: string };
+  home: string;
+  isExecutableFile: (file: string) => boolean;
+  /** Folders whose PATH entries are skipped: the workspace folders while the workspace is not
+   * trusted, so that a program shipped in it never runs. */
+  excludedFolders?: readonly string[];
+  platform?: string;
+}
+
+export type Located = { ok: true; line: CommandLine } | { ok: false; error: string };
+
+function isInside(p: path.PlatformPath, dir: string, folder: string): boolean {
+  const rel = p.relative(p.resolve(folder), p.resolve(dir));
+  return rel !== '..' && !rel.startsWith('..' + p.sep) && !p.isAbsolute(rel);
+}
+
+/** The command line with its program as an absolute path, so that nothing is looked up in the
+ * folder the process starts in (an empty or relative PATH entry, or Windows' search of the
+ * current folder, would find a program a repository ships). A path from a setting must be
+ * absolute (after `~`); a bare name is searched on the absolute PATH entries outside the
+ * excluded folders (with PATHEXT suffixes on Windows). */
+export function locateProgram(c: ConfiguredCommand, search: ProgramSearch): Located {
+  const platform = search.platform ?? process.platform;
+  const p = pathApi(platform);
   const windows = platform === 'win32';
-  const suffixes = windows ? ['', ...(env.PATHEXT ?? '.EXE;.CMD;.BAT;.COM').split(';').filter(Boolean)] : [''];
-  const candidates = (base: string) => suffixes.map((x) => base + x);
-  const hasSeparator = command.includes('/') || (windows && command.includes('\\'));
-  if (hasSeparator || path.isAbsolute(command)) {
-    return candidates(path.resolve(cwd, command)).find(isExecutableFile);
+  const suffixes = windows ? ['', ...(search.env.PATHEXT ?? '.EXE;.CMD;.BAT;.COM').split(';').filter(Boolean)] : [''];
+  const find = (base: string) => suffixes.map((x) => base + x).find(search.isExecutableFile);
+  const found = (program: string): Located => ({ ok: true, line: { command: program, args: [...c.args] } });
+  const from = c.origin === 'default' ? '' : `${c.origin}: `;
+  const command = expandHome(c.command, search.home, platform);
+  if (p.isAbsolute(command)) {
+    const program = find(p.normalize(command));
+    return program ? found(program) : { ok: false, error: `${from}'${command}' is not an executable file` };
   }
-  for (const dir of (env.PATH ?? '').split(windows ? ';' : ':')) {
-    if (dir === '') continue;
-    const found = candidates(path.join(dir, command)).find(isExecutableFile);
-    if (found) return found;
+  if (command.includes('/') || (windows && command.includes('\\'))) {
+    return { ok: false, error: `${from}'${c.command}' is a relative path; give an absolute one` };
   }
-  return undefined;
+  let skipped = 0;
+  for (const dir of (search.env.PATH ?? '').split(windows ? ';' : ':')) {
+    if (!p.isAbsolute(dir)) continue;
+    if ((search.excludedFolders ?? []).some((f) => isInside(p, dir, f))) {
+      skipped += 1;
+      continue;
+    }
+    const program = find(p.join(dir, command));
+    if (program) return found(program);
+  }
+  const note = skipped > 0 ? ` (${skipped} PATH entries inside the untrusted workspace were skipped)` : '';
+  return { ok: false, error: `${from}'${command}' was not found on PATH${note}` };
+}
+
+/** Whether a settings change needs the server process restarted: what would be run changed
+ * (or a program that was not found now is, or the other way round). */
+export function needsRestart(before: Located, after: Located): boolean {
+  const key = (l: Located) => (l.ok ? formatCommandLine(l.line) : l.error);
+  return key(before) !== key(after);
+}
+
+/** `<folder>/.lookahead`, where build-cache writes and the daemon looks for a static cache. */
+export function cacheFolder(folder: string): string {
+  return path.join(folder, '.lookahead');
+}
+
+/** Makes `dir` for build-cache's output when it is missing. Anything there but a real folder is
+ * refused: a symbolic link planted in a repository would send the cache somewhere else.
+ * Returns the reason it cannot be used, or undefined. */
+export function ensureCacheFolder(dir: string): string | undefined {
+  try {
+    fs.mkdirSync(dir);
+    return undefined;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') return `cannot create ${dir}: ${(e as Error).message}`;
+  }
+  const stat = fs.lstatSync(dir);
+  return stat.isDirectory() ? undefined : `${dir} is not a folder (a link or a file); remove it and try again`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -172,6 +271,7 @@ export function toInitializationOptions(s: LookaheadSettings): Record<string, un
     staticCachePath: s.staticCachePath === '' ? null : s.staticCachePath,
     ignoreGlobs: [...s.ignoreGlobs],
     threads: s.threads,
+    gpuLayers: s.gpuLayers,
     disabledLanguages: [...s.disabledLanguages],
   };
 }
@@ -179,11 +279,6 @@ export function toInitializationOptions(s: LookaheadSettings): Record<string, un
 /** Params of workspace/didChangeConfiguration. */
 export function configurationChangeParams(s: LookaheadSettings): { settings: { lookahead: Record<string, unknown> } } {
   return { settings: { lookahead: toInitializationOptions(s) } };
-}
-
-/** Whether a settings change needs the server process restarted (its command line changed). */
-export function needsRestart(before: LookaheadSettings, after: LookaheadSettings): boolean {
-  return formatCommandLine(resolveServerCommand(before)) !== formatCommandLine(resolveServerCommand(after));
 }
 
 // ---------------------------------------------------------------------------------------------

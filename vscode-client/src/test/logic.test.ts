@@ -1,17 +1,25 @@
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import {
   CancelLike,
   DEFAULT_SETTINGS,
+  Located,
   LookaheadSettings,
+  ProgramSearch,
   RestartBackoff,
+  cacheFolder,
+  checkPathSettings,
   completionsEnabled,
   configurationChangeParams,
   debounce,
   draftShare,
-  findExecutable,
+  ensureCacheFolder,
   formatCommandLine,
   formatStatusBar,
+  locateProgram,
   needsRestart,
   readSettings,
   resolveBuildCacheCommand,
@@ -43,7 +51,7 @@ function cancellable(): CancelLike & { cancel(): void } {
 describe('server command line', () => {
   it('runs `lookahead-lsp serve` from PATH by default', () => {
     const c = resolveServerCommand(settings());
-    assert.deepEqual(c, { command: 'lookahead-lsp', args: ['serve'] });
+    assert.deepEqual(c, { command: 'lookahead-lsp', args: ['serve'], origin: 'default' });
     assert.equal(formatCommandLine(c), 'lookahead-lsp serve');
   });
 
@@ -54,16 +62,20 @@ describe('server command line', () => {
 
   it('prefers an explicit serverCommand over pythonPath', () => {
     const c = resolveServerCommand(settings({ serverCommand: ['/opt/la', 'serve', '--log-level', 'debug'], pythonPath: '/usr/bin/python3' }));
-    assert.deepEqual(c, { command: '/opt/la', args: ['serve', '--log-level', 'debug'] });
+    assert.deepEqual(c, { command: '/opt/la', args: ['serve', '--log-level', 'debug'], origin: 'lookahead.serverCommand' });
   });
 
   it('quotes arguments with spaces in the command line shown to the user', () => {
     assert.equal(formatCommandLine({ command: '/My Tools/python', args: ['-m', 'x'] }), "'/My Tools/python' -m x");
   });
 
-  it('restarts the server only when its command line changes', () => {
-    assert.equal(needsRestart(settings(), settings({ maxTokens: 10, draft: 'none' })), false);
-    assert.equal(needsRestart(settings(), settings({ pythonPath: '/usr/bin/python3' })), true);
+  it('restarts the server only when what it runs changes', () => {
+    const search: ProgramSearch = { env: { PATH: '/usr/bin' }, home: '/home/u', isExecutableFile: () => true, platform: 'linux' };
+    const run = (s: LookaheadSettings): Located => locateProgram(resolveServerCommand(s), search);
+    assert.equal(needsRestart(run(settings()), run(settings({ maxTokens: 10, draft: 'none' }))), false);
+    assert.equal(needsRestart(run(settings()), run(settings({ pythonPath: '/usr/bin/python3' }))), true);
+    const nowhere: Located = { ok: false, error: "'lookahead-lsp' was not found on PATH" };
+    assert.equal(needsRestart(nowhere, run(settings())), true);
   });
 });
 
@@ -88,18 +100,146 @@ describe('build-cache command line', () => {
   });
 });
 
-describe('finding the executable', () => {
-  const files = new Set(['/usr/local/bin/lookahead-lsp', '/home/u/venv/bin/python']);
-  const exists = (f: string) => files.has(f);
+describe('locating the program', () => {
+  // The relative names are what a lookup relative to a repository as the current folder finds.
+  const files = new Set([
+    '/usr/local/bin/lookahead-lsp', '/home/u/venv/bin/python', '/ws/repo/bin/lookahead-lsp',
+    'lookahead-lsp', 'bin/lookahead-lsp', 'repo/bin/lookahead-lsp', 'venv/bin/python', './lookahead-lsp',
+  ]);
+  const search = (PATH: string, excludedFolders: string[] = []): ProgramSearch => ({
+    env: { PATH },
+    home: '/home/u',
+    isExecutableFile: (f) => files.has(f),
+    excludedFolders,
+    platform: 'linux',
+  });
+  const locate = (s: Partial<LookaheadSettings>, PATH: string, excluded: string[] = []) =>
+    locateProgram(resolveServerCommand(settings(s)), search(PATH, excluded));
 
-  it('searches PATH for a bare name', () => {
-    assert.equal(findExecutable('lookahead-lsp', { PATH: '/usr/bin:/usr/local/bin' }, '/', exists, 'linux'), '/usr/local/bin/lookahead-lsp');
-    assert.equal(findExecutable('lookahead-lsp', { PATH: '/usr/bin' }, '/', exists, 'linux'), undefined);
+  it('finds a bare name on PATH and runs it by its absolute path', () => {
+    assert.deepEqual(locate({}, '/usr/bin:/usr/local/bin'), { ok: true, line: { command: '/usr/local/bin/lookahead-lsp', args: ['serve'] } });
+    const missing = locate({}, '/usr/bin');
+    assert.equal(missing.ok, false);
+    assert.match(!missing.ok ? missing.error : '', /'lookahead-lsp' was not found on PATH/);
   });
 
-  it('checks a path as given, relative to the workspace', () => {
-    assert.equal(findExecutable('venv/bin/python', { PATH: '' }, '/home/u', exists, 'linux'), '/home/u/venv/bin/python');
-    assert.equal(findExecutable('/nope/python', { PATH: '/home/u/venv/bin' }, '/', exists, 'linux'), undefined);
+  it('never searches empty or relative PATH entries, which name the folder the process starts in', () => {
+    // ':' at either end and '.' or 'bin' would all resolve against a repository as the cwd.
+    for (const PATH of [':/usr/bin', '/usr/bin:', '.:/usr/bin', 'bin:/usr/bin', 'repo/bin']) {
+      assert.equal(locate({}, PATH).ok, false, PATH);
+    }
+    assert.deepEqual(locate({}, '.:/usr/local/bin'), locate({}, '/usr/local/bin'));
+  });
+
+  it('skips PATH entries inside the excluded (untrusted) workspace folders', () => {
+    assert.deepEqual(locate({}, '/ws/repo/bin'), { ok: true, line: { command: '/ws/repo/bin/lookahead-lsp', args: ['serve'] } });
+    const skipped = locate({}, '/ws/repo/bin', ['/ws/repo']);
+    assert.equal(skipped.ok, false);
+    assert.match(!skipped.ok ? skipped.error : '', /1 PATH entries inside the untrusted workspace were skipped/);
+    // A sibling folder whose name starts the same is not inside.
+    assert.equal(locate({}, '/ws/repo/bin', ['/ws/rep']).ok, true);
+  });
+
+  it('refuses a relative path from a setting, naming the setting', () => {
+    const python = locate({ pythonPath: 'venv/bin/python' }, '/home/u');
+    assert.deepEqual(python, { ok: false, error: "lookahead.pythonPath: 'venv/bin/python' is a relative path; give an absolute one" });
+    const server = locate({ serverCommand: ['./lookahead-lsp', 'serve'] }, '/ws/repo');
+    assert.deepEqual(server, { ok: false, error: "lookahead.serverCommand: './lookahead-lsp' is a relative path; give an absolute one" });
+  });
+
+  it('takes an absolute path or ~/ from a setting when it is an executable file', () => {
+    assert.deepEqual(locate({ pythonPath: '~/venv/bin/python' }, ''), {
+      ok: true,
+      line: { command: '/home/u/venv/bin/python', args: ['-m', 'lookahead_lsp', 'serve'] },
+    });
+    const missing = locate({ pythonPath: '/nope/python' }, '/home/u/venv/bin');
+    assert.deepEqual(missing, { ok: false, error: "lookahead.pythonPath: '/nope/python' is not an executable file" });
+  });
+
+  it('locates the build-cache program the same way', () => {
+    const c = resolveBuildCacheCommand(settings(), '/ws/repo');
+    const located = locateProgram(c, search('.:/usr/local/bin'));
+    assert.equal(located.ok && located.line.command, '/usr/local/bin/lookahead-lsp');
+    assert.equal(located.ok && located.line.args[0], 'build-cache');
+  });
+});
+
+describe('path settings', () => {
+  it('refuses a relative modelPath or staticCachePath and falls back to the default', () => {
+    const { settings: s, problems } = checkPathSettings(settings({ modelPath: 'models/evil.gguf', staticCachePath: 'x.cache' }), '/home/u', 'linux');
+    assert.equal(s.modelPath, '');
+    assert.equal(s.staticCachePath, '');
+    assert.equal(problems.length, 2);
+    assert.match(problems[0], /lookahead\.modelPath must be an absolute path, 'models\/evil\.gguf' is relative/);
+    assert.match(problems[1], /lookahead\.staticCachePath/);
+  });
+
+  it('keeps absolute paths and expands ~/', () => {
+    const { settings: s, problems } = checkPathSettings(settings({ modelPath: '~/m/q.gguf', staticCachePath: '/c/s.cache' }), '/home/u', 'linux');
+    assert.deepEqual([s.modelPath, s.staticCachePath, problems], ['/home/u/m/q.gguf', '/c/s.cache', []]);
+    assert.deepEqual(checkPathSettings(settings(), '/home/u', 'linux').problems, []);
+  });
+});
+
+describe('the static cache folder', () => {
+  const scratch = () => fs.mkdtempSync(path.join(os.tmpdir(), 'lookahead-test-'));
+
+  it('is created when the workspace folder has none', () => {
+    const root = scratch();
+    try {
+      assert.equal(ensureCacheFolder(cacheFolder(root)), undefined);
+      assert.ok(fs.statSync(path.join(root, '.lookahead')).isDirectory());
+      assert.equal(ensureCacheFolder(cacheFolder(root)), undefined); // already there: fine
+      assert.equal(resolveBuildCacheCommand(settings(), root).output, path.join(root, '.lookahead', 'static.cache'));
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it('is refused when a repository put a link or a file in its place', () => {
+    const root = scratch();
+    try {
+      fs.mkdirSync(path.join(root, 'elsewhere'));
+      fs.symlinkSync(path.join(root, 'elsewhere'), path.join(root, 'linked'));
+      assert.match(ensureCacheFolder(path.join(root, 'linked')) ?? '', /is not a folder/);
+      fs.writeFileSync(path.join(root, 'file'), '');
+      assert.match(ensureCacheFolder(path.join(root, 'file')) ?? '', /is not a folder/);
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('package.json', () => {
+  type Property = { scope?: string; default?: unknown };
+  const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
+  const properties: Record<string, Property> = manifest.contributes.configuration.properties;
+
+  it('lets only user or remote settings choose the program that runs', () => {
+    assert.equal(properties['lookahead.serverCommand'].scope, 'machine');
+    assert.equal(properties['lookahead.pythonPath'].scope, 'machine');
+  });
+
+  it('gives every setting a scope a workspace may set, besides those two', () => {
+    for (const [key, p] of Object.entries(properties)) {
+      if (key === 'lookahead.serverCommand' || key === 'lookahead.pythonPath') continue;
+      assert.ok(['window', 'resource', 'machine-overridable'].includes(p.scope ?? ''), `${key}: ${p.scope}`);
+    }
+  });
+
+  it('declares limited support of untrusted workspaces with the paths and programs restricted', () => {
+    const untrusted = manifest.capabilities.untrustedWorkspaces;
+    assert.equal(untrusted.supported, 'limited');
+    assert.ok(typeof untrusted.description === 'string' && untrusted.description.length > 0);
+    for (const key of ['modelPath', 'staticCachePath', 'serverCommand', 'pythonPath']) {
+      assert.ok(untrusted.restrictedConfigurations.includes(`lookahead.${key}`), key);
+    }
+    for (const key of untrusted.restrictedConfigurations) assert.ok(key in properties, key);
+  });
+
+  it('declares exactly the settings the extension reads, with the same defaults', () => {
+    const declared = Object.fromEntries(Object.entries(properties).map(([k, p]) => [k.replace(/^lookahead\./, ''), p.default]));
+    assert.deepEqual(declared, { ...DEFAULT_SETTINGS });
   });
 });
 
@@ -107,7 +247,7 @@ describe('settings sent to the daemon', () => {
   it('uses the daemon keys only, with empty paths as null', () => {
     const opts = toInitializationOptions(settings({ maxTokens: 32, draft: 'lookahead', ignoreGlobs: ['*.min.js'], threads: 4 }));
     assert.deepEqual(Object.keys(opts).sort(), [
-      'contextSize', 'disabledLanguages', 'draft', 'extraContextTokens', 'ignoreGlobs', 'maxTokens', 'modelPath',
+      'contextSize', 'disabledLanguages', 'draft', 'extraContextTokens', 'gpuLayers', 'ignoreGlobs', 'maxTokens', 'modelPath',
       'prefixTokens', 'staticCachePath', 'suffixTokens', 'threads', 'timeBudgetMs',
     ]);
     assert.equal(opts.maxTokens, 32);
@@ -116,6 +256,14 @@ describe('settings sent to the daemon', () => {
     assert.equal(opts.staticCachePath, null);
     assert.deepEqual(opts.ignoreGlobs, ['*.min.js']);
     assert.equal(opts.threads, 4);
+    assert.equal(opts.gpuLayers, -1); // the daemon's default: every layer on the GPU when there is one
+  });
+
+  it('passes gpuLayers as set, and falls back to the default for a value the daemon refuses', () => {
+    assert.equal(toInitializationOptions(readSettings((k) => (k === 'gpuLayers' ? 0 : undefined))).gpuLayers, 0);
+    assert.equal(toInitializationOptions(readSettings((k) => (k === 'gpuLayers' ? 20 : undefined))).gpuLayers, 20);
+    assert.equal(readSettings((k) => (k === 'gpuLayers' ? 'all' : undefined)).gpuLayers, -1);
+    assert.equal(readSettings((k) => (k === 'gpuLayers' ? -7 : undefined)).gpuLayers, -1);
   });
 
   it('wraps a configuration change in the lookahead section', () => {
