@@ -114,6 +114,50 @@ struct PyStaticCacheBuilder {
     lookup::StaticCacheBuilder builder;
 };
 
+// A builder's entries cross processes (a distributed build) as two numpy arrays: packed words
+// (uint64) and counts (uint32). They arrive from other machines, so each is checked whole.
+using WordArray = py::array_t<uint64_t, py::array::c_style>;
+using CountArray = py::array_t<uint32_t, py::array::c_style>;
+
+void add_builder_entries(PyStaticCacheBuilder& b, const py::array& words, const py::array& counts) {
+    if (!py::isinstance<WordArray>(words) || !py::isinstance<CountArray>(counts) || words.ndim() != 1 ||
+        counts.ndim() != 1) {
+        throw py::value_error(
+            "entries must be a contiguous 1-D uint64 array of words and a contiguous 1-D uint32 array of counts");
+    }
+    const auto w = WordArray::ensure(words);
+    const auto c = CountArray::ensure(counts);
+    if (w.size() != c.size()) throw py::value_error("entries must have as many counts as words");
+    const size_t n = static_cast<size_t>(w.size());
+    std::string error;
+    bool ok;
+    {
+        py::gil_scoped_release nogil;
+        ok = lookup::check_entries(w.data(), c.data(), n, b.n_vocab, &error);
+        if (ok) b.builder.add_entries(w.data(), c.data(), n);
+    }
+    if (!ok) throw py::value_error(error);
+}
+
+// Hands the vectors to numpy without copying: each array owns its vector through a capsule.
+template <class T>
+py::array_t<T> owned_array(std::vector<T>&& values) {
+    if (values.empty()) return py::array_t<T>(0);
+    auto* owner = new std::vector<T>(std::move(values));
+    py::capsule base(owner, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+    return py::array_t<T>(static_cast<py::ssize_t>(owner->size()), owner->data(), base);
+}
+
+py::tuple take_builder_entries(PyStaticCacheBuilder& b) {
+    std::vector<uint64_t> words;
+    std::vector<uint32_t> counts;
+    {
+        py::gil_scoped_release nogil;
+        b.builder.take_entries(&words, &counts);
+    }
+    return py::make_tuple(owned_array(std::move(words)), owned_array(std::move(counts)));
+}
+
 py::array_t<token_t> followers_copy(const lookup::FollowerSpan& span) {
     const std::vector<lookup::Follower> followers = lookup::sorted_followers(span);
     py::array_t<token_t> out({static_cast<py::ssize_t>(followers.size()), py::ssize_t{2}});
@@ -583,6 +627,8 @@ void bind_builder(py::module_& m) {
                 });
             },
             py::arg("cache"))
+        .def("add_entries", &add_builder_entries, py::arg("words"), py::arg("counts"))
+        .def("take_entries", &take_builder_entries)
         .def_property_readonly("n_tokens", [](const PyStaticCacheBuilder& b) { return b.builder.n_tokens(); })
         .def_property_readonly("memory_bytes", [](const PyStaticCacheBuilder& b) { return b.builder.memory_bytes(); })
         .def(

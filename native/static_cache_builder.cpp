@@ -97,7 +97,41 @@ void StaticCacheBuilder::add_count(token_t t0, token_t t1, token_t follower, uin
     if (m_pending_counted.size() >= pending_limit()) flush();
 }
 
-void StaticCacheBuilder::flush() {
+void StaticCacheBuilder::add_entries(const uint64_t* words, const uint32_t* counts, size_t n) {
+    flush(words, counts, n);
+}
+
+void StaticCacheBuilder::take_entries(std::vector<uint64_t>* words, std::vector<uint32_t>* counts) {
+    flush();
+    words->swap(m_entries);
+    counts->swap(m_counts);
+    std::vector<uint64_t>().swap(m_entries);
+    std::vector<uint32_t>().swap(m_counts);
+}
+
+bool check_entries(const uint64_t* words, const uint32_t* counts, size_t n, uint32_t n_vocab,
+                   std::string* error) {
+    for (size_t i = 0; i < n; ++i) {
+        const uint64_t w = words[i];
+        if (i > 0 && w <= words[i - 1]) {
+            *error = "entries are not strictly ascending at index " + std::to_string(i);
+            return false;
+        }
+        const uint64_t tokens[3] = {w >> (2 * k_token_bits), (w >> k_token_bits) & k_token_mask, w & k_token_mask};
+        if (tokens[0] >= n_vocab || tokens[1] >= n_vocab || tokens[2] >= n_vocab) {
+            *error = "entry " + std::to_string(i) + " has a token outside the vocabulary [0, " +
+                     std::to_string(n_vocab) + ")";
+            return false;
+        }
+        if (counts[i] == 0) {
+            *error = "entry " + std::to_string(i) + " has a count of zero";
+            return false;
+        }
+    }
+    return true;
+}
+
+void StaticCacheBuilder::flush(const uint64_t* more_words, const uint32_t* more_counts, size_t n_more) {
     std::sort(m_pending.begin(), m_pending.end());
     std::sort(m_pending_counted.begin(), m_pending_counted.end());
     std::vector<uint64_t> counted_words(m_pending_counted.size());
@@ -108,15 +142,16 @@ void StaticCacheBuilder::flush() {
     }
     std::vector<std::pair<uint64_t, uint64_t>>().swap(m_pending_counted);
 
-    auto make_runs = [&]() -> std::array<SortedRun, 3> {
+    auto make_runs = [&]() -> std::array<SortedRun, 4> {
         return {SortedRun{m_entries.data(), m_counts.data(), nullptr, m_entries.size()},
                 SortedRun{m_pending.data(), nullptr, nullptr, m_pending.size()},
-                SortedRun{counted_words.data(), nullptr, counted_counts.data(), counted_words.size()}};
+                SortedRun{counted_words.data(), nullptr, counted_counts.data(), counted_words.size()},
+                SortedRun{more_words, more_counts, nullptr, n_more}};
     };
     // Two passes, counting first, so the merged arrays are allocated at their exact size: the
     // old and the new entries side by side are this builder's peak memory.
     size_t n_merged = 0;
-    std::array<SortedRun, 3> runs = make_runs();
+    std::array<SortedRun, 4> runs = make_runs();
     merge_runs(runs, [&](uint64_t, uint64_t) { ++n_merged; });
     std::vector<uint64_t> entries;
     std::vector<uint32_t> counts;

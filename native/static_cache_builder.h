@@ -24,6 +24,15 @@ public:
     void add(const token_t* tokens, size_t n_tokens);
     void add_count(token_t t0, token_t t1, token_t follower, uint64_t count);
 
+    // The counted entries of another builder, as take_entries() handed them out: a partial
+    // result of a distributed build. Counts add up (saturating), so the file written after any
+    // grouping of documents into builders and any order of merging is the same.
+    // check_entries() must have accepted them.
+    void add_entries(const uint64_t* words, const uint32_t* counts, size_t n);
+    // Every entry counted so far: packed (t0, t1, follower) words, ascending and distinct, with
+    // their counts. The builder keeps no entries afterwards (n_tokens stays).
+    void take_entries(std::vector<uint64_t>* words, std::vector<uint32_t>* counts);
+
     // Writes to `path` through a temporary file in the same folder and a rename, so readers
     // never see a partial file. On failure returns false with a one-line reason.
     bool write(const std::string& path, uint64_t tokenizer_fingerprint, StaticHeader* written,
@@ -33,7 +42,7 @@ public:
     [[nodiscard]] size_t memory_bytes() const;
 
 private:
-    void flush();
+    void flush(const uint64_t* more_words = nullptr, const uint32_t* more_counts = nullptr, size_t n_more = 0);
     [[nodiscard]] size_t pending_limit() const;
 
     uint32_t m_n_vocab;
@@ -43,5 +52,11 @@ private:
     std::vector<uint64_t> m_entries;         // packed, sorted, unique
     std::vector<uint32_t> m_counts;          // per entry
 };
+
+// Whether entries from outside (another process or machine) are what take_entries() makes:
+// words strictly ascending, every token below n_vocab, counts above zero. On failure returns
+// false with a one-line reason.
+bool check_entries(const uint64_t* words, const uint32_t* counts, size_t n, uint32_t n_vocab,
+                   std::string* error);
 
 }  // namespace lookup

@@ -93,6 +93,16 @@ class StaticCacheBuilder:
     def add(self, tokens: TokenArray) -> None: ...
     def add_cache(self, cache: NgramCache) -> None:
         """Add the 2-gram entries of a mutable cache (e.g. one loaded from upstream)."""
+    def add_entries(
+        self, words: npt.NDArray[np.uint64], counts: npt.NDArray[np.uint32]
+    ) -> None:
+        """Add entries another builder handed out with take_entries (a partial result of a
+        distributed build); counts add up. ValueError unless words ascend strictly, every
+        token is below n_vocab and every count is above zero."""
+    def take_entries(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint32]]:
+        """(words, counts): every 2-gram counted so far as packed (t0, t1, follower) words,
+        ascending, with their counts. The builder keeps no entries afterwards (n_tokens
+        stays), so taking twice gives nothing the second time."""
     @property
     def n_tokens(self) -> int: ...
     @property
