@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from lookahead_lsp.workspace.files import (
     GENERATED,
     MISSING,
+    OUTSIDE,
     has_generated_marker,
     is_generated_path,
     is_source_file,
@@ -155,6 +157,129 @@ def test_walk_does_not_follow_folder_symlinks(tmp_path: Path) -> None:
 
     assert _relative(root, listed.files) == ["alias.py", "real/a.py"]
     assert listed.skipped == {}
+
+
+def _hostile_checkout(tmp_path: Path, variant: str) -> tuple[Path, Path]:
+    """A checkout whose .git/config would run a command that creates the returned file."""
+    repo, pwned = tmp_path / "repo", tmp_path / "PWNED"
+    _write(repo, "main.py", "print('hi')\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "initial")
+    script = _write(tmp_path / "hooks", "attack", f"#!/bin/sh\ntouch '{pwned}'\nexit 1\n")
+    script.chmod(0o755)
+    with (repo / ".git" / "config").open("a") as config:
+        if variant == "fsmonitor command":
+            config.write(f"[core]\n\tfsmonitor = \"touch '{pwned}'; false\"\n")
+        else:
+            # The hook form of fsmonitor, from a file the config includes, next to hooks that
+            # run whenever git writes the index (the untracked cache invites that).
+            _write(repo / ".git", "extra.cfg", f"[core]\n\tfsmonitor = {script}\n")
+            (tmp_path / "hooks" / "post-index-change").symlink_to(script)
+            config.write(
+                f"[include]\n\tpath = extra.cfg\n[core]\n\thooksPath = {tmp_path / 'hooks'}\n"
+                "\tuntrackedCache = true\n"
+            )
+    return repo, pwned
+
+
+@needs_git
+@pytest.mark.parametrize("variant", ["fsmonitor command", "fsmonitor hook, included"])
+def test_the_repository_config_runs_nothing(tmp_path: Path, variant: str) -> None:
+    repo, pwned = _hostile_checkout(tmp_path, variant)
+    _write(repo, "new.py")
+
+    assert _relative(repo, list_source_files(repo).files) == ["main.py"]
+    assert _relative(repo, list_source_files(repo, untracked=True).files) == ["main.py", "new.py"]
+    assert not pwned.exists()
+
+
+@needs_git
+def test_a_checkout_git_refuses_is_walked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, pwned = _hostile_checkout(tmp_path, "fsmonitor command")
+    _write(repo, "untracked.py")
+    _write(repo, ".gitignore", "*.log\n")
+    _write(repo, "debug.log")
+    # How git's own tests make a checkout look owned by another user: git then refuses it
+    # (safe.directory), as it would a folder on a shared drive.
+    monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")
+    refused = subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True, check=False)
+    if refused.returncode == 0:
+        pytest.skip("this git does not check who owns a checkout")
+    pwned.unlink(missing_ok=True)
+
+    listed = list_source_files(repo)
+
+    # Untracked files too: the walk knows nothing of git's index.
+    assert _relative(repo, listed.files) == [".gitignore", "main.py", "untracked.py"]
+    assert not pwned.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks")
+def test_symlinks_out_of_the_folder_are_skipped(tmp_path: Path) -> None:
+    root = tmp_path / "plain"
+    _write(tmp_path / "outside", "secret.env", "TOKEN=hunter2\n")
+    _write(root, "real/a.py")
+    (root / "link.py").symlink_to("../outside/secret.env")
+    (root / "alias.py").symlink_to("real/a.py")  # stays inside: kept
+    (root / "up").symlink_to(tmp_path)  # a folder symlink: not followed
+
+    listed = list_source_files(root)
+
+    assert _relative(root, listed.files) == ["alias.py", "real/a.py"]
+    assert listed.skipped == {OUTSIDE: 1}
+    assert skip_reason(root, PurePosixPath("link.py")) == OUTSIDE
+    assert skip_reason(root, PurePosixPath("up/outside/secret.env")) == OUTSIDE
+    # A root reached through a symlink is judged by where it really is.
+    (tmp_path / "alias_root").symlink_to(root)
+    assert list_source_files(tmp_path / "alias_root").skipped == {OUTSIDE: 1}
+
+
+@needs_git
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks")
+def test_tracked_symlinks_out_of_the_folder_are_skipped(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _write(tmp_path / "outside", "secret.env", "TOKEN=hunter2\n")
+    _write(tmp_path / "outside", "lib/util.py", "SECRET = 1\n")
+    _write(repo, "main.py")
+    _write(repo, "lib/util.py")
+    (repo / "link.py").symlink_to("../outside/secret.env")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "initial")
+    # A tracked folder replaced by a symlink after the commit: git still lists lib/util.py.
+    shutil.rmtree(repo / "lib")
+    (repo / "lib").symlink_to(tmp_path / "outside" / "lib")
+
+    listed = list_source_files(repo)
+
+    assert _relative(repo, listed.files) == ["main.py"]
+    assert listed.skipped == {OUTSIDE: 2}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+def test_fifos_are_never_read(tmp_path: Path) -> None:
+    root = tmp_path / "plain"
+    _write(root, "sub/main.py")
+    fifos = [root / "pipe.py", root / ".gitignore", root / "sub" / ".gitignore"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    result: list[list[str]] = []
+    lister = threading.Thread(
+        target=lambda: result.append(_relative(root, list_source_files(root).files)), daemon=True
+    )
+
+    lister.start()
+    lister.join(timeout=10)
+
+    if lister.is_alive():  # blocked opening a FIFO: a writer lets the thread end
+        for fifo in fifos:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # nobody reading this one
+                pass
+        pytest.fail("listing the folder blocked on a FIFO")
+    assert result == [["sub/main.py"]]
 
 
 def test_unreadable_file_is_counted(tmp_path: Path) -> None:

@@ -39,11 +39,15 @@ from lookahead_lsp.tokenizer import (
 )
 from lookahead_lsp.workspace.files import (
     DEFAULT_MAX_BYTES,
-    _IgnoreRules,
+    Unindexable,
+    gitignored,
     has_generated_marker,
     is_generated_path,
+    is_inside,
+    is_skipped_folder_name,
     list_source_files,
-    skip_reason,
+    read_source,
+    walk_unignored,
 )
 from lookahead_lsp.workspace.store import DIGEST_BYTES, FileRecord, load_records, save_records
 
@@ -255,6 +259,42 @@ class WorkspaceIndex:
             return True
         return self._path_excluded(_relative(root, absolute))
 
+    def excludes_folder(self, path: Path | str) -> bool:
+        """Whether no file in the folder at path can count by its path: outside the root, in or
+        being a version control or generated folder, matched by the ignore patterns, or
+        excluded by a .gitignore."""
+        root = self._require_root()
+        absolute = _absolute(path)
+        if not absolute.is_relative_to(root):
+            return True
+        relative = _relative(root, absolute)
+        if not relative.parts:
+            return False
+        if any(is_skipped_folder_name(part) for part in relative.parts):
+            return True
+        return self._folder_ignored(relative) or gitignored(root, relative, is_dir=True)
+
+    def source_folders(self, under: Path | str | None = None) -> set[Path]:
+        """The folders that can hold files to index: the root (or `under`, unless
+        excludes_folder) and the folders below it that the walk of list_source_files enters
+        and the ignore patterns leave; for the root also the folders of the files indexed now
+        (git may track files in a .gitignored folder)."""
+        root = self._require_root()
+        if under is not None and self.excludes_folder(under):
+            return set()
+        start = PurePosixPath() if under is None else _relative(root, _absolute(under))
+        folders = {root / start}
+        left_out: set[PurePosixPath] = set()
+        for relative, _ in walk_unignored(root, start, with_files=False):
+            if relative.parent in left_out or self._folder_ignored(relative):
+                left_out.add(relative)
+            else:
+                folders.add(root / relative)
+        if under is None:
+            with self._lock:
+                folders.update(folder for folder in self._folders if folder.is_relative_to(root))
+        return folders
+
     def save(self, store_path: Path, fingerprint: int) -> int:
         """Writes every indexed file's tokens and stamps to store_path (see store.py), for a
         later load; fingerprint is the tokenizer's. Returns the number of files written.
@@ -418,18 +458,17 @@ class WorkspaceIndex:
         relative = _relative(root, key)
         if self._path_excluded(relative):
             return None
-        if skip_reason(root, relative, self.settings.max_bytes) is not None:
-            return None
-        if not known and _gitignored(root, relative):
+        if not known and gitignored(root, relative):
             return None
         checked_ns = time.time_ns()
         try:
-            # Stamped before reading: a write in between leaves a stamp that differs later.
-            status = os.stat(key)
-            data = key.read_bytes()
-        except OSError:  # vanished or unreadable since checked
+            # The status comes from the opened file, before reading: a write in between
+            # leaves a stamp that differs later.
+            data, status = read_source(key, os.path.realpath(root), self.settings.max_bytes)
+        except Unindexable:
             return None
-        if len(data) > self.settings.max_bytes:
+        head = data[:_SNIFF_BYTES]
+        if b"\0" in head or has_generated_marker(head):
             return None
         return _Content(data, _trusted_stamp(status, checked_ns))
 
@@ -438,7 +477,10 @@ class WorkspaceIndex:
         relative = _relative(root, key)
         with self._lock:
             known = key in self._files
-        if self._path_excluded(relative) or (not known and _gitignored(root, relative)):
+        if self._path_excluded(relative) or (not known and gitignored(root, relative)):
+            return None
+        # A document reached through a symlink out of the folder is not the folder's.
+        if not is_inside(os.path.realpath(key), os.path.realpath(root)):
             return None
         # Lone surrogates can arrive in JSON strings; they are not worth failing over.
         data = text.encode("utf-8", errors="replace")
@@ -540,6 +582,10 @@ class WorkspaceIndex:
     def _path_excluded(self, relative: PurePosixPath) -> bool:
         return is_generated_path(relative) or self._ignore.match_file(relative.as_posix())
 
+    def _folder_ignored(self, relative: PurePosixPath) -> bool:
+        # The trailing slash lets "name/" patterns match the folder itself.
+        return self._ignore.match_file(relative.as_posix() + "/")
+
 
 @dataclass
 class _Tally:
@@ -573,19 +619,6 @@ class _Tally:
             self.progress(
                 IndexProgress(self.files_done, len(self.todo), self.bytes_done, self.bytes_total)
             )
-
-
-def _gitignored(root: Path, relative: PurePosixPath) -> bool:
-    """Whether the .gitignore files from root down to the file's folder exclude it or one of
-    its folders, as list_source_files' walk would."""
-    rules = _IgnoreRules()
-    folder = PurePosixPath()
-    for part in relative.parts[:-1]:
-        rules = rules.with_gitignore_of(root / folder, folder)
-        folder = folder / part
-        if rules.ignores(folder, is_dir=True):
-            return True
-    return rules.with_gitignore_of(root / folder, folder).ignores(relative, is_dir=False)
 
 
 def _absolute(path: Path | str) -> Path:
