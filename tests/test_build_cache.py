@@ -127,6 +127,38 @@ def test_build_summary(built: tuple[Path, str]) -> None:
     assert f"({output.stat().st_size} bytes)" in fields["file size"]
 
 
+def test_a_hostile_repository_gives_away_nothing(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo, pwned = tmp_path / "repo", tmp_path / "PWNED"
+    secret = "TOKEN=ultraviolet_pangolin_7731\n"
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.env").write_text(secret)
+    repo.mkdir()
+    (repo / "main.py").write_text(TRACKED["src/util.py"])
+    (repo / "link.py").symlink_to("../outside/secret.env")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "initial")
+    with (repo / ".git" / "config").open("a") as config:
+        config.write(f"[core]\n\tfsmonitor = \"touch '{pwned}'; false\"\n")
+    output = tmp_path / "repo.lacache"
+
+    completed = _run("build-cache", str(repo), "-o", str(output))
+
+    assert completed.returncode == 0, completed.stderr
+    assert not pwned.exists()
+    fields = {line[:14].strip(): line[15:] for line in completed.stdout.splitlines()}
+    assert (fields["files indexed"], fields["files skipped"]) == ("1", "1 outside")
+    cache = StaticCache.open(
+        str(output), n_vocab=tokenizer.n_vocab, fingerprint=tokenizer.fingerprint
+    )
+    cache.verify()
+    expected = _trigrams(tokenizer.tokenize(TRACKED["src/util.py"]).tolist())
+    assert _entries(cache) == expected
+    assert not any(trigram in expected for trigram in _trigrams(tokenizer.tokenize(secret).tolist()))
+
+
 def test_inspect_and_verify(built: tuple[Path, str]) -> None:
     output, _ = built
     header = StaticCache.open(str(output)).header

@@ -18,6 +18,7 @@ import pytest
 from lookahead_lsp._lookup import NgramCache
 from lookahead_lsp.cache_files import default_cache_dir
 from lookahead_lsp.tokenizer import POOL_MIN_BYTES, Tokenizer, tokenize_file_text
+from lookahead_lsp.workspace.files import OUTSIDE
 from lookahead_lsp.workspace.index import (
     IGNORED,
     IndexProgress,
@@ -312,6 +313,33 @@ def test_ignore_patterns(root: Path, tokenizer: Tokenizer) -> None:
     assert index.open_document(root / "other.md", "x") == "ignored"
     assert index.cache == expected_cache(tokenizer, texts)
     assert index.excludes(root / "pkg/web/x.js") and not index.excludes(root / "pkg/x.js")
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks")
+def test_symlinks_out_of_the_folder_are_never_indexed(
+    root: Path, tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    secret = "TOKEN=ultraviolet_pangolin_7731\n"
+    write(tmp_path, "outside/secret.env", secret)
+    (root / "link.py").symlink_to("../outside/secret.env")
+    (root / "alias.py").symlink_to("main.py")  # inside the folder: indexed under its name
+    texts = {**SOURCES, "alias.py": SOURCES["main.py"]}
+    index = new_index(root, tokenizer)
+
+    stats = index.index_folder()
+
+    assert stats.skipped[OUTSIDE] == 1
+    assert index.cache == expected_cache(tokenizer, texts)
+    # Nor through a disk event, a symlink made later, or the editor opening the link.
+    assert index.apply_disk_change(root / "link.py") == "ignored"
+    (root / "pkg" / "later.py").symlink_to(tmp_path / "outside" / "secret.env")
+    assert index.apply_disk_change(root / "pkg" / "later.py") == "ignored"
+    assert index.open_document(root / "link.py", secret) == "ignored"
+    assert index.cache == expected_cache(tokenizer, texts)
+    store = tmp_path / "index.store"
+    index.save(store, FINGERPRINT)
+    saved = load_records(store, FINGERPRINT, tokenizer.n_vocab)
+    assert sorted(saved) == sorted(PurePosixPath(name) for name in texts)
 
 
 def test_persistence_round_trip(root: Path, tokenizer: Tokenizer, tmp_path: Path) -> None:
