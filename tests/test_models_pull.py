@@ -1,0 +1,197 @@
+"""`lookahead-lsp models pull` against a local server that speaks the Hub's download protocol
+(tests/hf_server.py): a pull lands where a catalogue name finds it, an interrupted pull resumes
+where it stopped, and a file whose sha256 is not the expected one is refused and not kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from hf_server import FakeHub, ServedFile, fake_hub
+from tiny_gguf import write_tiny_gguf
+
+from lookahead_lsp import catalogue
+
+pytest.importorskip("huggingface_hub", reason="models pull needs the hf extra")
+
+
+
+def _entry(name: str) -> catalogue.CatalogueEntry:
+    entry = catalogue.find(name)
+    assert entry is not None
+    return entry
+
+
+QWEN = _entry("qwen2.5-coder-0.5b")
+GEMMA = _entry(catalogue.DEFAULT_MODEL_NAME)
+# huggingface_hub writes what it receives in pieces of 10 MB, so only a download cut after
+# more than that has anything on disk to resume from.
+_HUB_CHUNK = 10 * 1024 * 1024
+
+
+@pytest.fixture
+def hub() -> Iterator[FakeHub]:
+    with fake_hub() as served:
+        yield served
+
+
+@pytest.fixture
+def env(tmp_path: Path, hub: FakeHub) -> dict[str, str]:
+    """The command's environment: the fake Hub, a private cache, no token, no proxy."""
+    keep = {name: value for name, value in os.environ.items() if not name.upper().startswith(("HF_", "HTTP", "ALL_PROXY", "NO_PROXY"))}
+    return {
+        **keep,
+        "HF_ENDPOINT": hub.endpoint,
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "NO_PROXY": "127.0.0.1",
+    }
+
+
+def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lookahead_lsp", "models", *args],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def _pulled(env: dict[str, str], source: catalogue.ModelSource) -> Path:
+    return Path(env["XDG_CACHE_HOME"]) / "lookahead-lsp" / "models" / source.repo_id / source.filename
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.iterdir()) if folder.exists() else []
+
+
+def test_pull_a_catalogue_model_then_use_it_by_name(
+    hub: FakeHub, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert QWEN.pin is None and QWEN.fim
+    write_tiny_gguf(tmp_path / "served.gguf")
+    hub.files[QWEN.source.spec] = ServedFile((tmp_path / "served.gguf").read_bytes())
+
+    done = _run(env, "pull", QWEN.name)
+
+    assert done.returncode == 0, done.stderr
+    target = _pulled(env, QWEN.source)
+    assert done.stdout.strip() == str(target)
+    assert target.read_bytes() == hub.files[QWEN.source.spec].content
+    assert _leftovers(target.parent) == [target.name]
+    info = json.loads(_run(env, "info", QWEN.name, "--json").stdout)
+    assert info["path"] == str(target) and info["fim"] is True
+    listed = {entry["name"]: entry for entry in json.loads(_run(env, "list", "--json").stdout)}
+    assert listed[QWEN.name]["downloaded"] is True
+    assert listed[catalogue.DEFAULT_MODEL_NAME]["downloaded"] is False
+    # A second pull finds the file and asks the Hub nothing.
+    asked = len(hub.requests)
+    assert _run(env, "pull", QWEN.name).returncode == 0
+    assert len(hub.requests) == asked
+
+
+def test_interrupted_pull_resumes_where_it_stopped(hub: FakeHub, env: dict[str, str]) -> None:
+    content = random.Random(7).randbytes(_HUB_CHUNK + 2_000_000)
+    hub.files["someone/models/big.gguf"] = ServedFile(content, stall_after=_HUB_CHUNK + 500_000)
+    source = catalogue.ModelSource("someone/models", "big.gguf")
+    target = _pulled(env, source)
+    command = [sys.executable, "-m", "lookahead_lsp", "models", "pull", source.spec, "--sha256", ServedFile(content).sha256]
+
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert hub.stalled.wait(60)
+    _wait_for(lambda: _part_size(target) >= _HUB_CHUNK)
+    first.send_signal(signal.SIGINT)  # Ctrl-C in the middle of the download
+    _, stderr = first.communicate(timeout=60)
+    hub.release.set()
+
+    assert first.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert not target.exists()
+    kept = _part_size(target)
+    assert kept >= _HUB_CHUNK
+
+    second = _run(env, "pull", source.spec, "--sha256", ServedFile(content).sha256)
+
+    assert second.returncode == 0, second.stderr
+    assert f"resuming after {kept / 1e6:.1f} MB" in second.stderr
+    assert target.read_bytes() == content
+    assert hub.gets()[-1].range == f"bytes={kept}-"
+    assert _leftovers(target.parent) == [target.name]
+
+
+def test_wrong_checksum_is_refused_and_not_kept(hub: FakeHub, env: dict[str, str]) -> None:
+    # The Hub names the expected file, but other bytes arrive (a corrupted transfer).
+    pinned = "ab" * 32
+    hub.files["someone/models/m.gguf"] = ServedFile(b"GGUF" + bytes(5000), etag=pinned)
+    source = catalogue.ModelSource("someone/models", "m.gguf")
+
+    done = _run(env, "pull", source.spec, "--sha256", pinned)
+
+    assert done.returncode == 2
+    assert f"expected {pinned}: the download was deleted" in done.stderr
+    assert done.stderr.count("\n") == 3  # "downloading", "checking", the error; no traceback
+    assert len(hub.gets()) == 1
+    assert _leftovers(_pulled(env, source).parent) == []
+
+
+def test_a_pinned_file_the_hub_no_longer_has_is_not_downloaded(hub: FakeHub, env: dict[str, str]) -> None:
+    hub.files["someone/models/m.gguf"] = ServedFile(b"GGUF" + bytes(5000))
+
+    done = _run(env, "pull", "someone/models/m.gguf", "--sha256", "ab" * 32)
+
+    assert done.returncode == 2
+    assert f"not the pinned {'ab' * 32}: not downloading" in done.stderr
+    assert hub.gets() == []
+
+
+def test_a_hub_whose_file_is_not_its_checksum_is_refused(hub: FakeHub, env: dict[str, str]) -> None:
+    hub.files[QWEN.source.spec] = ServedFile(b"GGUF" + bytes(5000), etag="cd" * 32)
+
+    done = _run(env, "pull", QWEN.name)
+
+    assert done.returncode == 2
+    assert "expected " + "cd" * 32 in done.stderr
+    assert _leftovers(_pulled(env, QWEN.source).parent) == []
+
+
+def test_a_pinned_model_of_another_size_is_not_downloaded(hub: FakeHub, env: dict[str, str]) -> None:
+    assert GEMMA.pin is not None
+    hub.files[GEMMA.source.spec] = ServedFile(b"GGUF" + bytes(5000))
+
+    done = _run(env, "pull", GEMMA.name)
+
+    assert done.returncode == 2
+    assert f"not the pinned {GEMMA.pin.size}" in done.stderr
+    assert hub.gets() == []
+
+
+def test_missing_file_and_bad_names_are_one_line_errors(hub: FakeHub, env: dict[str, str]) -> None:
+    missing = _run(env, "pull", "someone/models/absent.gguf")
+    unknown = _run(env, "pull", "no-such-model")
+    escaping = _run(env, "pull", "someone/models/../../etc/x.gguf")
+
+    for done in (missing, unknown, escaping):
+        assert done.returncode == 2
+        assert done.stderr.startswith("lookahead-lsp: ") and "Traceback" not in done.stderr
+    assert "someone/models/absent.gguf" in missing.stderr
+    assert "models list" in unknown.stderr
+    assert "not a GGUF file name" in escaping.stderr
+
+
+def _part_size(target: Path) -> int:
+    parts = list(target.parent.glob(f".{target.name}.*.part")) if target.parent.exists() else []
+    return parts[0].stat().st_size if parts else 0
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
