@@ -39,6 +39,13 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(args)
 
 
+def _models(args: argparse.Namespace) -> int:
+    from lookahead_lsp import models_command
+
+    run: Callable[[argparse.Namespace], int] = getattr(models_command, f"models_{args.action}")
+    return run(args)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lookahead-lsp", description=__doc__)
     parser.add_argument("--version", action="version", version=f"lookahead-lsp {__version__}")
@@ -147,6 +154,23 @@ def _parser() -> argparse.ArgumentParser:
         "--cache-dir", metavar="DIR", help="where the cost model and the workspace indexes are kept (~/.cache/lookahead-lsp)"
     )
     srv.set_defaults(run=_serve)
+
+    models = commands.add_parser("models", help="known-good GGUF code models: list, pull, info")
+    actions = models.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="the catalogue: size, FIM, licence, CPU speed")
+    listing.add_argument("--json", action="store_true", help="print one JSON array")
+    pull = actions.add_parser(
+        "pull", help="download a model from the Hugging Face Hub into ~/.cache/lookahead-lsp/models"
+    )
+    pull.add_argument("name", metavar="NAME", help="a name from `models list`, or OWNER/REPO/FILE.gguf")
+    pull.add_argument("--sha256", metavar="HEX", help="the file's expected sha256 (overrides the catalogue's)")
+    pull.add_argument("--revision", metavar="REV", help="branch, tag or commit on the Hub (default main)")
+    info = actions.add_parser(
+        "info", help="a GGUF file's architecture, context length, vocabulary and FIM tokens"
+    )
+    info.add_argument("file", metavar="FILE", help="a .gguf file or a name from `models list`")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    models.set_defaults(run=_models)
     return parser
 
 
