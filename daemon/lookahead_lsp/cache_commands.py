@@ -4,8 +4,10 @@ look into one."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,15 +35,18 @@ class BuildSummary:
     header: dict[str, int] = field(default_factory=dict)
     tokenize_seconds: float = 0.0
     seconds: float = 0.0
+    cluster: str | None = None  # how the Dask cluster counted, with --dask
 
 
 def build_cache(args: argparse.Namespace) -> int:
-    """Tokenize every source file of args.repo, each file as one document, and write the
-    2-gram cache to args.output. The output appears complete or not at all: an interrupted
-    build leaves an existing file there untouched."""
+    """Tokenize every source file of the repositories args.repos, each file as one document, and
+    write the 2-gram cache to args.output, on this machine or (args.dask) on a Dask cluster:
+    the same bytes either way. The output appears complete or not at all: an interrupted build
+    leaves an existing file there untouched."""
     started = time.monotonic()
-    root, output = Path(args.repo), Path(args.output)
-    _check_build_arguments(root, output, args.jobs, args.max_file_kb)
+    roots, output = [Path(repo) for repo in args.repos], Path(args.output)
+    _check_build_arguments(roots, output, args.jobs, args.max_file_kb, args.shard_mb)
+    cluster = _dask_cluster(args.dask) if args.dask else None
     model_path = resolve_model_path(args.model)
     summary = BuildSummary(output=output)
     with Tokenizer(model_path) as tokenizer:
@@ -51,14 +56,18 @@ def build_cache(args: argparse.Namespace) -> int:
             if args.from_upstream
             else None
         )
-        listing = list_source_files(root, max_bytes=args.max_file_kb * 1024)
-        summary.skipped = listing.skipped
+        repositories = _list_repositories(roots, args.max_file_kb * 1024, summary)
         builder = StaticCacheBuilder(tokenizer.n_vocab)
-        total_bytes = _total_bytes(listing.files)
-        jobs = args.jobs if total_bytes >= POOL_MIN_BYTES else 1
-        results = tokenize_files(model_path, listing.files, jobs, tokenizer)
-        progress = _Progress.on_terminal(len(listing.files), total_bytes)
-        _add_files(builder, results, progress, summary)
+        if cluster is not None:
+            shard_bytes = int(args.shard_mb * _MB)
+            _count_on_cluster(cluster, shard_bytes, model_path, tokenizer, repositories, builder, summary)
+        else:
+            files = [path for _root, paths in repositories for path in paths]
+            total_bytes = _total_bytes(files)
+            jobs = args.jobs if total_bytes >= POOL_MIN_BYTES else 1
+            results = tokenize_files(model_path, files, jobs, tokenizer)
+            progress = _Progress.on_terminal(len(files), total_bytes)
+            _add_files(builder, results, progress, summary)
         if upstream is not None:
             builder.add_cache(upstream)
         try:
@@ -68,6 +77,70 @@ def build_cache(args: argparse.Namespace) -> int:
     summary.seconds = time.monotonic() - started
     _print_build_summary(summary, sys.stdout)
     return 0
+
+
+def _list_repositories(
+    roots: list[Path], max_bytes: int, summary: BuildSummary
+) -> list[tuple[Path, list[Path]]]:
+    """Each root with its source files; a file reached through two roots (one inside the
+    other, or named twice) is counted once, under the first."""
+    repositories = []
+    seen: set[str] = set()
+    skipped: Counter[str] = Counter()
+    for root in roots:
+        listing = list_source_files(root, max_bytes=max_bytes)
+        skipped.update(listing.skipped)
+        files = listing.files
+        if len(roots) > 1:
+            files = [path for path in files if _first_sight(path, seen)]
+        repositories.append((root, files))
+    summary.skipped = dict(skipped)
+    return repositories
+
+
+def _first_sight(path: Path, seen: set[str]) -> bool:
+    real = os.path.realpath(path)
+    if real in seen:
+        return False
+    seen.add(real)
+    return True
+
+
+def _dask_cluster(address: str) -> str | int:
+    """--dask's scheduler address, or the number of local workers of local:N."""
+    if address.startswith("local:"):
+        n_workers = address.removeprefix("local:")
+        if not n_workers.isdigit() or int(n_workers) < 1:
+            raise UserError(f"--dask local:N needs a number of workers N >= 1, not {address!r}")
+        return int(n_workers)
+    if "://" not in address:
+        raise UserError(f"--dask takes tcp://HOST:PORT or local:N, not {address!r}")
+    return address
+
+
+def _count_on_cluster(
+    cluster: str | int,
+    shard_bytes: int,
+    model_path: Path,
+    tokenizer: Tokenizer,
+    repositories: list[tuple[Path, list[Path]]],
+    builder: StaticCacheBuilder,
+    summary: BuildSummary,
+) -> None:
+    try:
+        from lookahead_lsp.cluster_build import count_on_cluster
+    except ImportError as error:
+        raise UserError(f"--dask needs Dask ({error}): pip install 'lookahead-lsp[dask]'") from error
+    counts, stats = count_on_cluster(cluster, model_path, tokenizer, repositories, shard_bytes)
+    builder.add_entries(counts.words, counts.counts)
+    summary.files_indexed = counts.files_indexed
+    summary.bytes_read = counts.bytes_read
+    summary.tokens = counts.tokens
+    summary.tokenize_seconds = stats.count_seconds
+    summary.cluster = (
+        f"{stats.workers} workers, {stats.shards} shards, {stats.merges} merges"
+        f" ({stats.merge_seconds:.2f} s after the last shard)"
+    )
 
 
 def _add_files(
@@ -94,10 +167,13 @@ def _add_files(
     summary.tokenize_seconds = time.monotonic() - started
 
 
-def _check_build_arguments(root: Path, output: Path, jobs: int, max_file_kb: int) -> None:
+def _check_build_arguments(
+    roots: list[Path], output: Path, jobs: int, max_file_kb: int, shard_mb: float
+) -> None:
     # Checked up front: these would otherwise fail only after minutes of tokenizing.
-    if not root.is_dir():
-        raise UserError(f"not a folder: {root}")
+    for root in roots:
+        if not root.is_dir():
+            raise UserError(f"not a folder: {root}")
     if output.is_dir():
         raise UserError(f"output is a folder: {output}")
     if not output.absolute().parent.is_dir():
@@ -106,6 +182,8 @@ def _check_build_arguments(root: Path, output: Path, jobs: int, max_file_kb: int
         raise UserError("--jobs must be at least 1")
     if max_file_kb < 1:
         raise UserError("--max-file-kb must be at least 1")
+    if not shard_mb > 0:
+        raise UserError("--shard-mb must be above 0")
 
 
 def _total_bytes(paths: list[Path]) -> int:
@@ -136,6 +214,7 @@ def _print_build_summary(summary: BuildSummary, out: TextIO) -> None:
             "tokenizing",
             f"{summary.tokenize_seconds:.2f} s ({rate:.2f} MB/s, {files_rate:.0f} files/s)",
         ),
+        *([("cluster", summary.cluster)] if summary.cluster else []),
         ("seconds", f"{summary.seconds:.2f}"),
     ]
     for name, value in lines:

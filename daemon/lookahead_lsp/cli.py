@@ -52,9 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     build = commands.add_parser(
-        "build-cache", help="prebuild a repository's static n-gram cache"
+        "build-cache", help="prebuild the static n-gram cache of one or more repositories"
     )
-    build.add_argument("repo", metavar="REPO", help="repository or folder to index")
+    build.add_argument("repos", metavar="REPO", nargs="+", help="repository or folder to index")
     build.add_argument("-o", "--output", required=True, metavar="FILE", help="cache file to write")
     build.add_argument("--model", metavar="GGUF", help="model whose tokenizer to use")
     build.add_argument(
@@ -71,6 +71,19 @@ def _parser() -> argparse.ArgumentParser:
         default=2,
         metavar="N",
         help="tokenizer processes for inputs over 4 MB (default 2; smaller ones use one)",
+    )
+    build.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="count on a Dask cluster instead (same file): its scheduler's tcp://HOST:PORT, or"
+        " local:N for N local worker processes (needs the dask extra)",
+    )
+    build.add_argument(
+        "--shard-mb",
+        type=float,
+        default=32,
+        metavar="MB",
+        help="with --dask: source megabytes per task, which bounds a worker's memory (default 32)",
     )
     build.set_defaults(run=_build_cache)
 
