@@ -81,9 +81,9 @@ struct PyNgramCache {
     mutable std::shared_mutex mutex;
 };
 
-// The mapping is shared with every follower view handed to numpy, so close() (or the cache
-// being collected) never unmaps memory an array still shows. The lock keeps close() from
-// racing a drafting call on another thread.
+// The file's private copy is shared with every follower view handed to numpy, so close() (or
+// the cache being collected) never frees memory an array still shows. The lock keeps close()
+// from racing a drafting call on another thread.
 struct PyStaticCache {
     std::shared_ptr<lookup::StaticCache> cache = std::make_shared<lookup::StaticCache>();
     std::string path;
@@ -540,6 +540,11 @@ void bind_static_cache(py::module_& m) {
                  c.cache.reset();
                  c.verified.store(false);
              })
+        .def("changed_on_disk",
+             [](const PyStaticCache& c) {
+                 std::shared_lock l(c.mutex);
+                 return c.open_cache().changed_on_disk();
+             })
         .def_property_readonly("verified", [](const PyStaticCache& c) { return c.verified.load(); })
         .def_property_readonly("path", [](const PyStaticCache& c) { return c.path; })
         .def_property_readonly("header",
@@ -558,7 +563,7 @@ void bind_static_cache(py::module_& m) {
                     span = cache.find(static_cast<token_t>(t0), static_cast<token_t>(t1)).followers;
                 }
                 if (span.size == 0) return followers_copy({});
-                // A read-only view into the mapping, which the view keeps alive past close().
+                // A read-only view into the copy, which the view keeps alive past close().
                 auto* owner = new std::shared_ptr<lookup::StaticCache>(c.cache);
                 py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<lookup::StaticCache>*>(p); });
                 py::array_t<token_t> view({static_cast<py::ssize_t>(span.size), py::ssize_t{2}},

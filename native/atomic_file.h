@@ -1,5 +1,11 @@
 // A file written under a temporary name beside its destination and renamed over it only once
 // complete, so that neither a reader nor an interruption ever sees a partial file.
+//
+// The temporary name ends in random bytes and is created with O_EXCL | O_NOFOLLOW, so a file or
+// symbolic link planted beside the destination is never opened, followed or overwritten (a name
+// already taken is skipped for another). It gets the mode a new file gets (0644 less the umask),
+// so it never shows more than the destination will. commit() syncs the file, renames it and
+// syncs the folder, so the new content survives a crash once commit() returns true.
 #pragma once
 
 #include <cstddef>
@@ -20,16 +26,18 @@ public:
     void write(const void* data, size_t size);
     // Overwrites bytes already written (e.g. a checksum in a header).
     void write_at(uint64_t offset, const void* data, size_t size);
-    // Flushes, syncs and renames. On failure returns false with a one-line reason.
+    // Flushes, syncs, renames, syncs the folder. On failure returns false with a one-line reason.
     bool commit(std::string* error);
 
 private:
     void flush();
+    void create_temporary();
 
     std::string m_path;
     std::string m_tmp_path;
     int m_fd = -1;
     int m_errno = 0;
+    const char* m_failed = "cannot write";  // what was being done when m_errno was set
     bool m_committed = false;
     std::vector<unsigned char> m_buffer;
 };

@@ -1,5 +1,6 @@
 // An allocator for large, randomly accessed tables: big blocks are 2 MiB aligned and offered to
-// the kernel's transparent huge pages, so look-ups miss the TLB far less often.
+// the kernel's transparent huge pages (Linux; elsewhere plain aligned blocks), so look-ups miss
+// the TLB far less often.
 #pragma once
 
 #include <cstddef>
@@ -25,8 +26,10 @@ struct HugePageAllocator {
         const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
         void* p = std::aligned_alloc(alignment, rounded);
         if (p == nullptr) throw std::bad_alloc();
-        // Advice only: where huge pages are off or exhausted, ordinary pages are used.
+#ifdef MADV_HUGEPAGE
+        // Advice only (Linux): where huge pages are off or exhausted, ordinary pages are used.
         if (alignment == k_huge_page) ::madvise(p, rounded, MADV_HUGEPAGE);
+#endif
         return static_cast<T*>(p);
     }
     void deallocate(T* p, size_t) noexcept { std::free(p); }

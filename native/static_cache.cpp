@@ -53,7 +53,7 @@ bool StaticCache::open(const std::string& path, std::optional<uint32_t> expected
                        std::optional<uint64_t> expected_fingerprint, std::string* error) {
     close();
     std::string reason;
-    if (!m_file.open(path, &reason)) {
+    if (!m_file.read(path, &reason)) {
         *error = "cannot open (" + reason + ")";
         return false;
     }
@@ -62,14 +62,14 @@ bool StaticCache::open(const std::string& path, std::optional<uint32_t> expected
         m_file.close();
         return false;
     }
-    // mmap returns page-aligned memory, so every section offset (a multiple of 8) is aligned.
-    const auto* h = reinterpret_cast<const StaticHeader*>(m_file.data());
-    reason = describe_header_error(*h, m_file.size());
-    if (reason.empty() && expected_vocab && h->n_vocab != *expected_vocab) {
-        reason = "built for a vocabulary of " + std::to_string(h->n_vocab) + " tokens, the model has " +
+    StaticHeader h;
+    std::memcpy(&h, m_file.data(), sizeof h);
+    reason = describe_header_error(h, m_file.size());
+    if (reason.empty() && expected_vocab && h.n_vocab != *expected_vocab) {
+        reason = "built for a vocabulary of " + std::to_string(h.n_vocab) + " tokens, the model has " +
                  std::to_string(*expected_vocab);
     }
-    if (reason.empty() && expected_fingerprint && h->tokenizer_fingerprint != *expected_fingerprint) {
+    if (reason.empty() && expected_fingerprint && h.tokenizer_fingerprint != *expected_fingerprint) {
         reason = "built with another tokenizer than the model's (rebuild it with build-cache)";
     }
     if (!reason.empty()) {
@@ -77,28 +77,38 @@ bool StaticCache::open(const std::string& path, std::optional<uint32_t> expected
         m_file.close();
         return false;
     }
+    m_path = path;
     m_header = h;
-    m_buckets = reinterpret_cast<const uint32_t*>(m_file.data() + h->buckets_offset);
-    m_records = reinterpret_cast<const StaticRecord*>(m_file.data() + h->records_offset);
-    m_followers = reinterpret_cast<const Follower*>(m_file.data() + h->followers_offset);
+    m_open = true;
+    // The copy is page-aligned, so every section offset (a multiple of 8) is aligned.
+    m_buckets = reinterpret_cast<const uint32_t*>(m_file.data() + h.buckets_offset);
+    m_records = reinterpret_cast<const StaticRecord*>(m_file.data() + h.records_offset);
+    m_followers = reinterpret_cast<const Follower*>(m_file.data() + h.followers_offset);
     m_bucket_bits = 0;
-    while ((uint64_t{1} << m_bucket_bits) < h->n_buckets) ++m_bucket_bits;
+    while ((uint64_t{1} << m_bucket_bits) < h.n_buckets) ++m_bucket_bits;
     return true;
 }
 
 void StaticCache::close() {
     m_file.close();
-    m_header = nullptr;
+    m_path.clear();
+    m_header = {};
+    m_open = false;
     m_buckets = nullptr;
     m_records = nullptr;
     m_followers = nullptr;
     m_verified = false;
 }
 
+bool StaticCache::changed_on_disk() const {
+    FileIdentity now;
+    return !identity_at(m_path, &now) || now != m_file.identity();
+}
+
 FollowerSpan StaticCache::span_at(uint64_t span) const {
     const uint64_t offset = span & k_span_offset_mask;
     const uint64_t length = span >> k_span_offset_bits;
-    if (offset > m_header->n_followers || length > m_header->n_followers - offset) return {};
+    if (offset > m_header.n_followers || length > m_header.n_followers - offset) return {};
     return {m_followers + offset, static_cast<uint32_t>(length), 0, 0};
 }
 
@@ -107,7 +117,7 @@ StaticCache::Entry StaticCache::find(token_t t0, token_t t1) const {
     const uint64_t bucket = bucket_of(pair, m_bucket_bits);
     const uint64_t first = m_buckets[bucket];
     const uint64_t last = m_buckets[bucket + 1];
-    if (first > last || last > m_header->n_keys) return {};
+    if (first > last || last > m_header.n_keys) return {};
     for (uint64_t i = first; i < last; ++i) {
         const StaticRecord& r = m_records[i];
         if ((r.key & k_pair_mask) == pair) return {span_at(r.span), record_fallback(r.key)};
@@ -116,7 +126,7 @@ StaticCache::Entry StaticCache::find(token_t t0, token_t t1) const {
 }
 
 bool StaticCache::verify(std::string* error) {
-    const StaticHeader& h = *m_header;
+    const StaticHeader& h = m_header;
     Checksum sum;
     StaticHeader zeroed = h;
     zeroed.checksum = 0;

@@ -1,7 +1,7 @@
-// The read-only, memory-mapped static cache of 2-grams.
+// The read-only static cache of 2-grams.
 #pragma once
 
-#include "mapped_file.h"
+#include "file_bytes.h"
 #include "ngram.h"
 #include "static_cache_format.h"
 
@@ -11,9 +11,10 @@
 
 namespace lookup {
 
-// open() maps the file and checks the header: O(1) work and memory whatever the file's size.
-// verify() reads everything once (checksum and structure). find() trusts nothing it reads: a
-// corrupt bucket or span yields "no followers", never a read outside the mapping.
+// open() reads the file into private memory (its size) and checks the header; nothing done to
+// the file afterwards reaches what was read, and changed_on_disk() tells when it was replaced
+// or rewritten. verify() checks the copy once (checksum and structure). find() trusts nothing it
+// reads: a corrupt bucket or span yields "no followers", never a read outside the copy.
 class StaticCache {
 public:
     // Without an expected vocabulary size or fingerprint, that check is skipped. On failure
@@ -23,9 +24,12 @@ public:
     bool verify(std::string* error);
     void close();
 
-    [[nodiscard]] bool is_open() const { return m_header != nullptr; }
+    [[nodiscard]] bool is_open() const { return m_open; }
     [[nodiscard]] bool verified() const { return m_verified; }
-    [[nodiscard]] const StaticHeader& header() const { return *m_header; }
+    [[nodiscard]] const StaticHeader& header() const { return m_header; }
+    // Whether the path opened now names another file or one modified since (or nothing): a
+    // stat, no reading.
+    [[nodiscard]] bool changed_on_disk() const;
 
     // A pair's followers and the token the static cache alone drafts after it (-1: none).
     struct Entry {
@@ -41,7 +45,7 @@ public:
     // Visits every (t0, t1, followers) in file order; only meaningful after verify().
     template <class Visit>
     void for_each(Visit&& visit) const {
-        for (uint64_t i = 0; i < m_header->n_keys; ++i) {
+        for (uint64_t i = 0; i < m_header.n_keys; ++i) {
             const StaticRecord& r = m_records[i];
             visit(pair_token(r.key, 0), pair_token(r.key, 1), span_at(r.span));
         }
@@ -50,8 +54,10 @@ public:
 private:
     [[nodiscard]] FollowerSpan span_at(uint64_t span) const;
 
-    MappedFile m_file;
-    const StaticHeader* m_header = nullptr;
+    FileBytes m_file;
+    std::string m_path;
+    StaticHeader m_header{};  // a copy: checked once, then read without re-checking
+    bool m_open = false;
     const uint32_t* m_buckets = nullptr;
     const StaticRecord* m_records = nullptr;
     const Follower* m_followers = nullptr;

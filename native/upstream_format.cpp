@@ -1,7 +1,7 @@
 #include "upstream_format.h"
 
 #include "atomic_file.h"
-#include "mapped_file.h"
+#include "file_bytes.h"
 
 #include <algorithm>
 #include <cstring>
@@ -55,9 +55,9 @@ private:
 }  // namespace
 
 bool load_upstream(const std::string& path, uint32_t n_vocab, NgramCache* cache, std::string* error) {
-    MappedFile file;
+    FileBytes file;
     std::string reason;
-    if (!file.open(path, &reason)) {
+    if (!file.read(path, &reason)) {
         *error = "cannot open (" + reason + ")";
         return false;
     }

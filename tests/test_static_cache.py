@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp import _lookup
-from caches import vocab_and_docs
+from caches import native_cache, vocab_and_docs
 from reference_lookup import (
     STDLIB_DIR,
     RefCache,
@@ -745,3 +745,212 @@ def test_structural_corruption_behind_a_valid_checksum(tmp_path_factory, golden:
     path = write_file(tmp_path_factory, "structural.lookup", fixed)
     # Any outcome but a crash, a non-CacheError exception or an inconsistent verified cache.
     outcome(path, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files changed, replaced or planted by someone else
+
+
+def run_isolated(code: str, timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+    """Runs `code` in a fresh interpreter, so that a crash (SIGSEGV, SIGBUS) or a hang fails the
+    test instead of ending or stalling pytest."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def many_pages_static(path: str, n_vocab: int = 60) -> None:
+    """A static cache of many pages, whose pairs mostly qualify for drafting."""
+    rng = np.random.default_rng(7)
+    phrases = [rng.integers(0, n_vocab, size=12).tolist() for _ in range(40)]
+    docs = [sum((phrases[int(i)] for i in rng.integers(0, 40, size=300)), []) for _ in range(4)]
+    write_static(path, n_vocab, docs)
+    assert os.path.getsize(path) > 4 * 4096
+
+
+# Every answer the cache gives, before and after `change` is done to its file in place.
+ANSWERS_BEFORE_AND_AFTER = """
+import os
+import numpy as np
+from lookahead_lsp import _lookup
+
+path, n_vocab = {path!r}, {n_vocab}
+s = _lookup.StaticCache.open(path, n_vocab); s.verify()
+unverified = _lookup.StaticCache.open(path, n_vocab)
+
+def answers(cache):
+    pairs = [cache.followers(a, b).tolist() for a in range(n_vocab) for b in range(n_vocab)]
+    drafts = [_lookup.draft(np.array([a, b], dtype=np.int32), 8, static=cache).tolist()
+              for a in range(n_vocab) for b in range(n_vocab)]
+    return pairs, drafts, [a.tolist() for a in cache.to_arrays()], cache.header
+
+before = answers(s)
+{change}
+print("same answers:", answers(s) == before)
+unverified.verify()
+print("verified later:", answers(unverified) == before)
+print("changed on disk:", s.changed_on_disk(), unverified.changed_on_disk())
+"""
+
+EXPECTED_ANSWERS = ["same answers: True", "verified later: True", "changed on disk: True True"]
+
+
+def test_header_and_body_rewritten_in_place_after_verify(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The bounds checks used to re-read the header from a shared mapping: a file rewritten in
+    place (same inode) after verify() gave SIGSEGV. Now the cache answers from what it read."""
+    path = str(tmp_path / "rewritten.lookup")
+    many_pages_static(path)
+    change = textwrap.dedent(
+        """
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            header = bytearray(f.read(128))
+            header[32:56] = (2**32 - 1).to_bytes(8, "little") * 3  # n_keys, n_followers, n_buckets
+            # Buckets that alternately claim every record and none, records that match no key.
+            body = (bytes(4) + b"\\xff" * 4) * (size // 8)
+            f.seek(0)
+            f.write(bytes(header) + body[: size - 128])
+        """
+    )
+    r = run_isolated(ANSWERS_BEFORE_AND_AFTER.format(path=path, n_vocab=60, change=change))
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout.splitlines() == EXPECTED_ANSWERS, r.stdout
+
+
+@pytest.mark.parametrize("length", [0, 4096, 128])
+def test_truncated_in_place_after_open(tmp_path, length: int) -> None:  # type: ignore[no-untyped-def]
+    """A file truncated while mapped gave SIGBUS on the next look-up."""
+    path = str(tmp_path / "truncated.lookup")
+    many_pages_static(path)
+    change = f"os.truncate(path, {length})"
+    r = run_isolated(ANSWERS_BEFORE_AND_AFTER.format(path=path, n_vocab=60, change=change))
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout.splitlines() == EXPECTED_ANSWERS, r.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+def test_fifo_is_refused_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Opening a FIFO for reading waits for a writer: it blocked the daemon's indexing."""
+    path = str(tmp_path / "static.cache")
+    os.mkfifo(path)
+    code = f"""
+        import time
+        from lookahead_lsp import _lookup
+        for load in (lambda: _lookup.StaticCache.open({path!r}), lambda: _lookup.NgramCache.load_upstream({path!r}, 10)):
+            start = time.monotonic()
+            try:
+                load()
+            except _lookup.CacheError as error:
+                print(f"{{time.monotonic() - start:.3f}}", error)
+        """
+    r = run_isolated(code, timeout=30)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and len(lines) == 2, (r.returncode, r.stdout, r.stderr)
+    for line in lines:
+        seconds, message = line.split(" ", 1)
+        assert float(seconds) < 1.0, line
+        assert message == f"{path}: cannot open (not a regular file (a FIFO))" or (
+            message.startswith(path) and "not a regular file (a FIFO)" in message
+        ), message
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symbolic links")
+def test_symlink_directory_and_device_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    real = str(tmp_path / "real.lookup")
+    write_static(real, 10, [[1, 2, 3, 1, 2, 4]])
+    link = str(tmp_path / "link.lookup")
+    os.symlink(real, link)
+    cases = {
+        link: "not a regular file (a symbolic link, which is not followed)",
+        str(tmp_path): "not a regular file (a directory)",
+        os.devnull: "not a regular file (a character device)",
+    }
+    for path, reason in cases.items():
+        for load in (lambda: _lookup.StaticCache.open(path), lambda: _lookup.NgramCache.load_upstream(path, 10)):
+            with pytest.raises(CacheError) as e:
+                load()
+            check_error_message(e.value, path)
+            assert reason in str(e.value), str(e.value)
+    # The file the link names opens as ever.
+    open_verified(real).close()
+
+
+def test_changed_on_disk(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "watched.lookup")
+    write_static(path, 10, [[1, 2, 3]])
+    s = open_verified(path)
+    assert not s.changed_on_disk()
+    # Replaced by a rename (what build-cache does): another inode.
+    write_static(path, 10, [[1, 2, 4]])
+    assert s.changed_on_disk()
+    assert s.followers(1, 2).tolist() == [[3, 1]], "the open cache keeps answering from its copy"
+    s = open_verified(path)
+    assert not s.changed_on_disk() and s.followers(1, 2).tolist() == [[4, 1]]
+    # Same inode and size, only its times changed.
+    st_ = os.stat(path)
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns + 1_000_000))
+    assert s.changed_on_disk()
+    s = open_verified(path)
+    os.unlink(path)
+    assert s.changed_on_disk(), "nothing at the path any more"
+    s.close()
+    with pytest.raises(ValueError):
+        s.changed_on_disk()
+
+
+# ---------------------------------------------------------------------------------------------
+# Writers: planted temporary names
+
+
+def plant_links(out: str, target: str, pids: range) -> list[str]:
+    """Symbolic links at the temporary names the writers used to pick (<out>.tmp.<pid>)."""
+    links = [f"{out}.tmp.{pid}" for pid in pids]
+    for link in links:
+        os.symlink(target, link)
+    return links
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symbolic links")
+def test_writers_never_follow_planted_links(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious\n")
+    pids = range(os.getpid(), os.getpid() + 64)
+    docs = [[1, 2, 3, 1, 2, 4]]
+    write_static(str(tmp_path / "source.lookup"), 10, docs)
+    source = open_verified(str(tmp_path / "source.lookup"))
+    writers = {
+        "static.lookup": lambda out: write_static(out, 10, docs),
+        "ngram.upstream": lambda out: native_cache(10, docs).save_upstream(out),
+        "static.upstream": lambda out: source.save_upstream(out),
+    }
+    for name, write in writers.items():
+        out = str(tmp_path / name)
+        links = plant_links(out, str(victim), pids)
+        write(out)
+        assert victim.read_bytes() == b"precious\n", f"{name}: the planted link was followed"
+        assert all(os.readlink(link) == str(victim) for link in links), f"{name}: a planted link was replaced"
+        assert not os.path.islink(out) and os.path.getsize(out) > 0
+        left = [n for n in os.listdir(tmp_path) if n.startswith(name + ".tmp.") and not os.path.islink(tmp_path / n)]
+        assert left == [], f"{name}: temporary files left behind: {left}"
+    check_static_equals(open_verified(str(tmp_path / "static.lookup")), ref_static_from_docs(docs), 10)
+    assert _lookup.NgramCache.load_upstream(str(tmp_path / "ngram.upstream"), 10) == native_cache(10, docs)
+    assert ref_from_native(_lookup.NgramCache.load_upstream(str(tmp_path / "static.upstream"), 10)) == (
+        ref_static_from_docs(docs)
+    )
+
+
+def test_written_file_mode_follows_the_umask(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    for umask in (0o022, 0o077):
+        old = os.umask(umask)
+        try:
+            out = tmp_path / f"mode-{umask:o}.lookup"
+            write_static(str(out), 10, [[1, 2, 3]])
+        finally:
+            os.umask(old)
+        assert out.stat().st_mode & 0o777 == 0o644 & ~umask
+
+
+def test_write_into_missing_folder_says_why(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = str(tmp_path / "missing" / "static.lookup")
+    with pytest.raises(OSError) as e:
+        write_static(out, 10, [[1, 2, 3]])
+    assert out in str(e.value) and "temporary file" in str(e.value), str(e.value)

@@ -53,11 +53,13 @@ class NgramCache:
         """Write llama.cpp's lookup cache format (llama-lookup-create), atomically."""
     @staticmethod
     def load_upstream(path: str, n_vocab: int) -> "NgramCache":
-        """Read llama.cpp's lookup cache format; CacheError if malformed."""
+        """Read llama.cpp's lookup cache format; CacheError if malformed or not a regular
+        file."""
     def __eq__(self, other: object) -> bool: ...
 
 class StaticCache:
-    """Read-only 2-gram cache memory-mapped from one file. open() checks the header only;
+    """Read-only 2-gram cache read from one file into private memory (the file's size), so
+    nothing done to the file afterwards changes or crashes it. open() checks the header;
     verify() checks the whole-file checksum and every structural invariant. Drafting refuses
     a cache that has not been verified."""
 
@@ -65,9 +67,14 @@ class StaticCache:
     def open(
         path: str, n_vocab: Optional[int] = None, fingerprint: Optional[int] = None
     ) -> "StaticCache":
-        """CacheError if the file is missing, truncated, of another format version, or (when
-        given) built for another vocabulary size or tokenizer fingerprint."""
+        """CacheError if the file is missing, not a regular file (a symbolic link is not
+        followed, a FIFO is refused without waiting), truncated, of another format version, or
+        (when given) built for another vocabulary size or tokenizer fingerprint."""
     def verify(self) -> None: ...
+    def changed_on_disk(self) -> bool:
+        """Whether the path now holds another file, or the same one modified, or nothing: a
+        stat (device, inode, size, modification and change times) compared with the file
+        open() read. Open the path again to follow the change. ValueError once closed."""
     @property
     def verified(self) -> bool: ...
     @property
@@ -77,12 +84,12 @@ class StaticCache:
         """format_version, ngram_order, n_vocab, fingerprint, n_keys, n_followers, n_buckets,
         total_count, file_size, checksum."""
     def followers(self, t0: int, t1: int) -> np.ndarray:
-        """Followers of the 2-gram (t0, t1): a read-only view into the mapping."""
+        """Followers of the 2-gram (t0, t1): a read-only view into the cache's memory."""
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """As NgramCache.to_arrays (keys padded with -1 after the two tokens)."""
     def save_upstream(self, path: str) -> None: ...
     def close(self) -> None:
-        """Releases the mapping (once no follower view still shows it); later calls raise
+        """Releases the memory (once no follower view still shows it); later calls raise
         ValueError."""
 
 class StaticCacheBuilder:

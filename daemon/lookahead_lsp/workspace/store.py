@@ -33,7 +33,7 @@ from typing import BinaryIO, Mapping
 import numpy as np
 import numpy.typing as npt
 
-from lookahead_lsp.cache_files import atomic_writer, default_cache_dir
+from lookahead_lsp.cache_files import atomic_writer, default_cache_dir, read_regular_file
 from lookahead_lsp.tokenizer import TokenArray
 
 MAGIC = b"LKAWSIX\n"
@@ -50,6 +50,9 @@ HEADER_BYTES = _HEADER_START.size + _HEADER_END.size
 _BYTES_PER_FILE = 4 * 8 + DIGEST_BYTES
 _NO_DIGEST = bytes(DIGEST_BYTES)
 _UNTRUSTED_SIZE = -1
+# Far above any index this daemon writes (a billion tokens), below what would exhaust memory
+# on reading a file put in the cache folder by something else.
+MAX_FILE_BYTES = 1 << 32
 
 
 @dataclass(frozen=True)
@@ -86,10 +89,11 @@ def save_records(path: Path, fingerprint: int, records: Mapping[PurePosixPath, F
 
 def load_records(path: Path, fingerprint: int, n_vocab: int) -> dict[PurePosixPath, FileRecord]:
     """The records saved at `path` for this tokenizer: empty when there is no such file, and
-    empty with a warning logged when the file cannot be used. Token arrays are read-only views
-    into one buffer holding the whole file."""
+    empty with a warning logged when the file cannot be used (not a regular file, above
+    MAX_FILE_BYTES, corrupt). Token arrays are read-only views into one private buffer holding
+    the whole file, so nothing done to the file later reaches them."""
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return {}
     except OSError as error:
