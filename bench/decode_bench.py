@@ -1,59 +1,134 @@
-"""Decode benchmark: the draft modes side by side on real completion tasks.
+"""Decode benchmark: the draft modes side by side on real completion tasks in several languages,
+warm and cold, each figure set against the offline replay's oracle.
 
-Tasks are drawn (fixed seed) from the Python standard library on this machine: a file, a cursor
-at a line start (after the indentation) or in the middle of a line, the text before the cursor as
-the prompt. The file's own folder is the workspace, with the file itself cut at the cursor: no
-cache ever sees the code after the cursor. Every task runs `none`, `lookup`, `lookahead` and
-`auto` (order rotated between tasks) for exactly --max-tokens tokens, and the figures are tokens/s
-after the prompt, as ratios to `none` on the same task. A task "repeats workspace code" when at
-least 80 % of the plain continuation's tokens complete a 4-gram already in the workspace (the
-file before the cursor included).
+Languages, from code this machine has:
+  python      the standard library of the running interpreter
+  javascript  vscode-client/node_modules (after `npm ci` there): .js .mjs .cjs .ts files,
+              neither declarations (.d.ts) nor minified bundles
+  c           lib/ and kernel/ of /usr/src/linux-source-*.tar.* (apt-get install linux-source),
+              extracted once into the cache folder; /usr/include when that is absent
 
-Also measured: warm request latency (one more character typed after a completion, KV reused, a
-one-line completion of up to 16 tokens) and, with --upstream-bin, upstream llama.cpp on the same
-tasks: llama-bench (plain decoding at the prompt's depth, same threads) and llama-lookup
-(n_draft 3, the same prompt window).
+Tasks are drawn per language with a fixed seed: a file of 6-80 KB, a cursor at a line start
+(after the indentation) or inside a line, alternately; the text before the cursor is the
+prompt; the file's folder (its files of that language) is the workspace, with the file itself
+cut at the cursor, so no cache sees the code after it. Per model, one long-lived engine runs
+every mode on every task (warm; languages interleaved, mode order rotated) for exactly
+--max-tokens tokens; figures are tokens/s after the prompt, as ratios to `none` on the task.
 
-    .venv/bin/python bench/decode_bench.py [--tasks 20] [--upstream-bin DIR]
+  cold    a fresh process per task runs `auto` as its first request (with the calibration the
+          warm run saved, as after a restart): its tokens/s against the warm `auto`.
+  replay  `none`'s tokens are the greedy truth; the lookup core's draft at every position is
+          then fixed, and auto's policy (fresh priors, learning across the tasks in run order)
+          and the oracle (the cheapest passes any policy could choose with these drafts) are
+          replayed against today's cost curve (the engine's online curve after the warm run).
+          auto_live / oracle says how far the live figure is from the best these drafts allow.
+
+    .venv/bin/python bench/decode_bench.py [--languages python,javascript,c] [--tasks 8]
+        [--model FILE.gguf ...] [--no-cold] [--json OUT.json] [--upstream-bin DIR]
+    .venv/bin/python bench/decode_bench.py --replay [--cost 1:1,2:1.76,4:2.4,8:3.71]
+        [--fit-priors]   # no live timing: the truth is decoded once (cached) and replayed
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import random
 import re
 import statistics
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from lookahead_lsp._lookup import NgramCache
-from lookahead_lsp.engine import (
-    CompletionRequest,
-    DecodeOptions,
-    DraftCaches,
-    Engine,
-    EngineSettings,
-    PromptWindows,
-)
+from lookahead_lsp.cache_files import atomic_writer, default_cache_dir
+from lookahead_lsp.engine import CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
+from lookahead_lsp.engine.calibration import model_identity
+from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
+from lookahead_lsp.engine.policy import AcceptanceModel, AutoPolicy, SpeculationGuard
 from lookahead_lsp.engine.prompt import stable_prefix_start
+from lookahead_lsp.engine.replay import ReplayResult, ReplayTask, acceptance_counts, replay
 from lookahead_lsp.models import resolve_model_path
 from lookahead_lsp.tokenizer import TokenArray, tokenize_file_text
 
+REPO = Path(__file__).resolve().parent.parent
 MODES = ("none", "lookup", "lookahead", "auto")
-_SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__", "lib2to3"}
+_MIN_FILE, _MAX_FILE = 6_000, 80_000
 _MAX_FOLDER_BYTES = 2_000_000
-_REPETITIVE_SHARE = 0.8
+_MAX_LINE = 300  # a longer line marks generated or minified code
+_SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__", "lib2to3", "dist", "min"}
+
+
+# -- corpora ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Language:
+    name: str
+    extensions: tuple[str, ...]
+    comments: tuple[str, ...]  # a line starting with one of these is not a task's line
+    excluded: tuple[str, ...] = ()  # file name endings that do not count
+
+    def matches(self, path: Path) -> bool:
+        name = path.name
+        return name.endswith(self.extensions) and not name.endswith(self.excluded)
+
+
+LANGUAGES = {
+    "python": Language("python", (".py",), ("#", '"', "'")),
+    "javascript": Language("javascript", (".js", ".mjs", ".cjs", ".ts"), ("//", "/*", "*"), (".d.ts", ".min.js")),
+    "c": Language("c", (".c", ".h"), ("//", "/*", "*", "#")),
+}
+
+
+def corpus_root(language: str) -> Path:
+    """Where this machine's code in `language` is; SystemExit with what to do if there is none."""
+    if language == "python":
+        return Path(sysconfig.get_paths()["stdlib"])
+    if language == "javascript":
+        root = REPO / "vscode-client" / "node_modules"
+        if not root.is_dir():
+            raise SystemExit(f"{root} is missing: cd vscode-client && npm ci --ignore-scripts --no-audit --no-fund")
+        return root
+    tarballs = sorted(Path("/usr/src").glob("linux-source-*.tar.*"))
+    if tarballs:
+        return _extracted_kernel(tarballs[-1])
+    if Path("/usr/include").is_dir():
+        return Path("/usr/include")
+    raise SystemExit("no C code: apt-get install linux-source (or C headers in /usr/include)")
+
+
+def _extracted_kernel(tarball: Path) -> Path:
+    """lib/ and kernel/ of a kernel source tarball, extracted once into the cache folder."""
+    target = default_cache_dir() / "bench-corpora" / tarball.name.split(".tar")[0]
+    done = target / ".complete"
+    if done.exists():
+        return target
+    print(f"extracting lib/ and kernel/ of {tarball} into {target} (once)", file=sys.stderr, flush=True)
+    target.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tarball) as archive:
+        wanted = []
+        for member in archive:
+            parts = Path(member.name).parts
+            if len(parts) > 2 and parts[1] in ("lib", "kernel") and member.isfile() and ".." not in parts:
+                wanted.append(member)
+        archive.extractall(target, members=wanted, filter="data")
+    done.touch()
+    return target
 
 
 @dataclass
 class Task:
+    language: str
     path: Path
     cursor: int  # character offset
     kind: str  # "line-start" or "mid-line"
@@ -64,45 +139,26 @@ class Task:
         return f"{self.path.parent.name}/{self.path.name}@{self.cursor} ({self.kind})"
 
 
-@dataclass
-class TaskResult:
-    task: str
-    kind: str
-    repeat_share: float  # of the plain continuation's tokens, those completing a workspace 4-gram
-    tokens_per_s: dict[str, float] = field(default_factory=dict)
-    tokens_per_pass: dict[str, float] = field(default_factory=dict)
-    accepted: dict[str, dict[str, int]] = field(default_factory=dict)
-    same_as_none: dict[str, int] = field(default_factory=dict)  # tokens equal to none's, from the start
-    upstream: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def repetitive(self) -> bool:
-        return self.repeat_share >= _REPETITIVE_SHARE
-
-    def ratio(self, mode: str) -> float:
-        return self.tokens_per_s[mode] / self.tokens_per_s["none"]
+def _folders(root: Path, language: Language) -> Iterator[tuple[Path, list[Path]]]:
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        files = [Path(folder) / n for n in sorted(names) if language.matches(Path(n))]
+        if len(files) >= 3 and sum(f.stat().st_size for f in files) <= _MAX_FOLDER_BYTES:
+            yield Path(folder), files
 
 
-def candidate_folders(root: Path) -> list[Path]:
-    folders = []
-    for folder in sorted([root, *(p for p in root.rglob("*") if p.is_dir())]):
-        if any(part in _SKIP_DIRS for part in folder.relative_to(root).parts):
-            continue
-        files = list(folder.glob("*.py"))
-        size = sum(f.stat().st_size for f in files)
-        if len(files) >= 3 and size <= _MAX_FOLDER_BYTES:
-            folders.append(folder)
-    return folders
+def _usable(path: Path) -> bool:
+    if not _MIN_FILE <= path.stat().st_size <= _MAX_FILE:
+        return False
+    lines = path.read_text(errors="replace").splitlines()
+    return bool(lines) and max(len(line) for line in lines) <= _MAX_LINE
 
 
-def pick_tasks(root: Path, n: int, seed: int) -> list[Task]:
-    rng = random.Random(seed)
-    files = [
-        f
-        for folder in candidate_folders(root)
-        for f in sorted(folder.glob("*.py"))
-        if 6_000 <= f.stat().st_size <= 80_000
-    ]
+def pick_tasks(language: Language, root: Path, n: int, seed: int) -> list[Task]:
+    rng = random.Random(f"{seed}:{language.name}")
+    files = [f for _, found in _folders(root, language) for f in found if _usable(f)]
+    if not files:
+        raise SystemExit(f"no {language.name} files of {_MIN_FILE}-{_MAX_FILE} bytes under {root}")
     tasks: list[Task] = []
     while len(tasks) < n:
         path = rng.choice(files)
@@ -111,17 +167,22 @@ def pick_tasks(root: Path, n: int, seed: int) -> list[Task]:
         index = rng.randrange(len(lines) * 3 // 10, len(lines) * 95 // 100)
         line = lines[index]
         code = line.strip()
-        if len(code) < 12 or code.startswith(("#", '"', "'")):
+        if len(code) < 12 or code.startswith(language.comments):
             continue
         start = sum(len(x) for x in lines[:index])
         indent = len(line) - len(line.lstrip())
         kind = "line-start" if len(tasks) % 2 == 0 else "mid-line"
-        if kind == "line-start":
-            cursor = start + indent
-        else:
-            cursor = start + indent + rng.randrange(3, len(code) - 3)
-        tasks.append(Task(path, cursor, kind, text))
+        cursor = start + indent if kind == "line-start" else start + indent + rng.randrange(3, len(code) - 3)
+        tasks.append(Task(language.name, path, cursor, kind, text))
     return tasks
+
+
+def interleaved(per_language: dict[str, list[Task]]) -> list[Task]:
+    """Languages take turns, so that learning carried from task to task favours none of them."""
+    out: list[Task] = []
+    for i in range(max((len(t) for t in per_language.values()), default=0)):
+        out += [tasks[i] for tasks in per_language.values() if i < len(tasks)]
+    return out
 
 
 class Workspaces:
@@ -137,44 +198,68 @@ class Workspaces:
         return self._tokens[path]
 
     def cache_for(self, task: Task) -> NgramCache:
+        language = LANGUAGES[task.language]
         cache = NgramCache(self.engine.tokenizer.n_vocab)
-        for other in sorted(task.path.parent.glob("*.py")):
-            if other != task.path:
+        for other in sorted(task.path.parent.iterdir()):
+            if other != task.path and other.is_file() and language.matches(other):
                 cache.add(self.tokens(other))
         cache.add(tokenize_file_text(self.engine.tokenizer, task.text[: task.cursor].encode()))
         return cache
 
 
-def repeat_share(tokens: list[int], prefix_tail: list[int], cache: NgramCache) -> float:
-    seq = prefix_tail[-3:] + tokens
-    hits = sum(1 for i in range(3, len(seq)) if seq[i] in cache.followers(seq[i - 3 : i])[:, 0])
-    return hits / max(1, len(tokens))
+def request_of(task: Task) -> CompletionRequest:
+    return CompletionRequest(task.text[: task.cursor], "", task.path.name)
 
 
-def run_task(engine: Engine, task: Task, index: int, max_tokens: int, workspaces: Workspaces) -> TaskResult:
-    cache = workspaces.cache_for(task)
-    caches = DraftCaches(dynamic=cache)
-    request = CompletionRequest(task.text[: task.cursor], "", task.path.name)
-    order = MODES[index % len(MODES) :] + MODES[: index % len(MODES)]
+def options_of(mode: str, max_tokens: int) -> DecodeOptions:
+    return DecodeOptions(draft=mode, max_tokens=max_tokens, stop_rules=False)
+
+
+# -- live runs --------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskResult:
+    task: str
+    language: str
+    kind: str
+    tokens_per_s: dict[str, float] = field(default_factory=dict)
+    tokens_per_pass: dict[str, float] = field(default_factory=dict)
+    accepted: dict[str, dict[str, int]] = field(default_factory=dict)
+    same_as_none: dict[str, int] = field(default_factory=dict)  # tokens equal to none's, from the start
+    truth: list[int] = field(default_factory=list)  # none's tokens
+    cold_auto_tokens_per_s: float | None = None
+    replay_auto: float | None = None  # the replayed policy's speed-up over plain
+    replay_oracle: float | None = None
+    upstream: dict[str, float] = field(default_factory=dict)
+
+    def ratio(self, mode: str) -> float:
+        return self.tokens_per_s[mode] / self.tokens_per_s["none"]
+
+
+def run_task(
+    engine: Engine, task: Task, index: int, modes: tuple[str, ...], max_tokens: int, workspaces: Workspaces
+) -> TaskResult:
+    caches = DraftCaches(dynamic=workspaces.cache_for(task))
+    order = modes[index % len(modes) :] + modes[: index % len(modes)]
     outputs = {}
-    result = TaskResult(task.name, task.kind, 0.0)
+    result = TaskResult(task.name, task.language, task.kind)
     for mode in order:
         # Each mode starts without the previous mode's output as a "previous completion" draft.
         engine.last = None
-        done = engine.complete(request, DecodeOptions(draft=mode, max_tokens=max_tokens, stop_rules=False), caches)
+        done = engine.complete(request_of(task), options_of(mode, max_tokens), caches)
         outputs[mode] = done.tokens
         result.tokens_per_s[mode] = done.stats.tokens_per_s
         result.tokens_per_pass[mode] = done.stats.tokens_per_pass
         result.accepted[mode] = {k: v for k, v in done.stats.accepted_by_source.items() if v}
-    for mode in MODES:
+    for mode in modes:
         same = 0
         for a, b in zip(outputs[mode], outputs["none"]):
             if a != b:
                 break
             same += 1
         result.same_as_none[mode] = same
-    prefix_tokens = engine.tokenizer.tokenize(task.text[max(0, task.cursor - 200) : task.cursor]).tolist()
-    result.repeat_share = repeat_share(outputs["none"], prefix_tokens, cache)
+    result.truth = outputs["none"]
     return result
 
 
@@ -182,10 +267,39 @@ def warm_latency(engine: Engine, task: Task, workspaces: Workspaces) -> float:
     """ms of the request after one more typed character (a one-line completion, <= 16 tokens)."""
     caches = DraftCaches(dynamic=workspaces.cache_for(task))
     options = DecodeOptions(draft="auto", max_tokens=16)
-    prefix = task.text[: task.cursor]
-    engine.complete(CompletionRequest(prefix, "", task.path.name), options, caches)
+    engine.complete(request_of(task), options, caches)
     typed = task.text[: task.cursor + 1]
     return engine.complete(CompletionRequest(typed, "", task.path.name), options, caches).stats.ms_total
+
+
+def cold_sample(task: Task, model: Path, cache_dir: Path, max_tokens: int, threads: int | None) -> float:
+    """auto's tokens/s on `task` as the first request of a fresh process."""
+    spec = {
+        "language": task.language, "path": str(task.path), "cursor": task.cursor, "model": str(model),
+        "cache_dir": str(cache_dir), "max_tokens": max_tokens, "threads": threads,
+    }
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--cold-task", json.dumps(spec)],
+        capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"cold sample failed on {task.name}:\n{done.stderr[-2000:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"])
+
+
+def run_cold_task(spec_text: str) -> int:
+    spec = json.loads(spec_text)
+    path = Path(spec["path"])
+    task = Task(spec["language"], path, int(spec["cursor"]), "cold", path.read_text(errors="replace"))
+    settings = EngineSettings(Path(spec["model"]), n_ctx=4096, n_threads=spec["threads"], cache_dir=Path(spec["cache_dir"]))
+    engine = Engine(settings)
+    try:
+        caches = DraftCaches(dynamic=Workspaces(engine).cache_for(task))
+        done = engine.complete(request_of(task), options_of("auto", int(spec["max_tokens"])), caches)
+    finally:
+        engine.close()
+    print(json.dumps({"tokens_per_s": done.stats.tokens_per_s, **done.stats.as_dict()}))
+    return 0
 
 
 def upstream_speeds(
@@ -225,83 +339,259 @@ def _decoded_speed(log: str) -> float:
     return float(match.group(1)) if match else float("nan")
 
 
+# -- replay -----------------------------------------------------------------------------------
+
+
+def replay_task(engine: Engine, task: Task, truth: list[int], workspaces: Workspaces, max_tokens: int) -> ReplayTask:
+    prompt = engine.build_prompt(request_of(task), options_of("auto", max_tokens))
+    return ReplayTask(
+        task.name, Path(task.path.name).suffix, engine.tokenizer.n_vocab, list(prompt.sources), prompt.tokens,
+        truth, dynamic=workspaces.cache_for(task),
+    )
+
+
+def replay_all(tasks: list[ReplayTask], curve: CostModel) -> list[ReplayResult]:
+    """auto from a fresh install's priors, learning across the tasks in order, and the oracle."""
+    policy = AutoPolicy(AcceptanceModel(), OnlineCost(curve), SpeculationGuard())
+    return [replay(task, policy, curve) for task in tasks]
+
+
+def parse_curve(text: str) -> CostModel:
+    """"1:1,2:1.76,4:2.4": pass cost by positions, relative to one position."""
+    pairs = sorted((int(a), float(b)) for a, b in (item.split(":") for item in text.split(",")))
+    if not pairs or pairs[0][0] != 1:
+        raise SystemExit("--cost needs a size 1 entry, e.g. 1:1,2:1.76,4:2.4,8:3.71")
+    return CostModel(tuple(s for s, _ in pairs), tuple(m for _, m in pairs))
+
+
+class TruthCache:
+    """Greedy truths decoded once per model, task and length (a JSON file), so that replays of
+    other policies or curves cost no model time."""
+
+    def __init__(self, path: Path, model: Path, max_tokens: int) -> None:
+        self.path = path
+        identity = json.dumps(model_identity(model), sort_keys=True)
+        self.prefix = hashlib.sha256(identity.encode()).hexdigest()[:12] + f":{max_tokens}:"
+        try:
+            self.entries: dict[str, list[int]] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.entries = {}
+
+    def get(self, task: Task) -> list[int] | None:
+        return self.entries.get(self.prefix + f"{task.path}@{task.cursor}")
+
+    def put(self, task: Task, tokens: list[int]) -> None:
+        self.entries[self.prefix + f"{task.path}@{task.cursor}"] = tokens
+        with atomic_writer(self.path) as out:
+            out.write(json.dumps(self.entries).encode())
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def report(results: list[TaskResult], latencies: list[float], cost: object) -> dict[str, object]:
-    summary: dict[str, object] = {"tasks": len(results), "cost_model": cost}
-    for mode in MODES[1:]:
-        ratios = [r.ratio(mode) for r in results]
-        rep = [r.ratio(mode) for r in results if r.repetitive]
-        summary[mode] = {
-            "median_ratio": round(_median(ratios), 3),
-            "worst_ratio": round(min(ratios), 3),
-            "best_ratio": round(max(ratios), 3),
-            "median_ratio_repetitive": round(_median(rep), 3),
-            "n_repetitive": len(rep),
-            "median_tokens_per_pass": round(_median([r.tokens_per_pass[mode] for r in results]), 3),
-        }
+def _spread(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {"median": round(_median(values), 3), "worst": round(min(values), 3), "best": round(max(values), 3)}
+
+
+def language_summary(results: list[TaskResult], modes: tuple[str, ...]) -> dict[str, object]:
+    summary: dict[str, object] = {"tasks": len(results)}
     summary["none_tokens_per_s"] = round(_median([r.tokens_per_s["none"] for r in results]), 2)
-    upstream = [r.upstream for r in results if r.upstream]
-    if upstream:
-        plain = [u["llama-bench"] for u in upstream]
-        summary["upstream_plain_tokens_per_s"] = round(_median(plain), 2)
-        summary["none_vs_upstream_plain"] = round(
-            _median([r.tokens_per_s["none"] / r.upstream["llama-bench"] for r in results if r.upstream]), 3
-        )
-        lookup = [u["llama-lookup"] / u["llama-bench"] for u in upstream]
-        summary["upstream_lookup_vs_plain"] = {
-            "median": round(_median(lookup), 3), "worst": round(min(lookup), 3), "best": round(max(lookup), 3)
+    for mode in modes[1:]:
+        summary[mode] = {
+            **_spread([r.ratio(mode) for r in results]),
+            "tokens_per_pass": round(_median([r.tokens_per_pass[mode] for r in results]), 3),
         }
-    if latencies:
-        summary["warm_latency_ms_p50"] = round(float(np.percentile(latencies, 50)), 1)
-        summary["warm_latency_ms_p95"] = round(float(np.percentile(latencies, 95)), 1)
+    replayed = [r for r in results if r.replay_auto is not None and r.replay_oracle is not None]
+    if replayed:
+        summary["replay_auto"] = _spread([r.replay_auto or 0.0 for r in replayed])
+        summary["replay_oracle"] = _spread([r.replay_oracle or 0.0 for r in replayed])
+        summary["auto_live_vs_oracle"] = round(
+            _median([r.ratio("auto") for r in replayed]) / _median([r.replay_oracle or 0.0 for r in replayed]), 3
+        )
+    cold = [r for r in results if r.cold_auto_tokens_per_s is not None]
+    if cold:
+        summary["cold_vs_warm_auto"] = _spread([(r.cold_auto_tokens_per_s or 0.0) / r.tokens_per_s["auto"] for r in cold])
+    upstream = [r for r in results if r.upstream]
+    if upstream:
+        summary["none_vs_llama_bench"] = round(
+            _median([r.tokens_per_s["none"] / r.upstream["llama-bench"] for r in upstream]), 3
+        )
+        summary["upstream_lookup_vs_plain"] = _spread(
+            [r.upstream["llama-lookup"] / r.upstream["llama-bench"] for r in upstream]
+        )
     return summary
+
+
+def print_table(model: str, summaries: dict[str, dict[str, object]], modes: tuple[str, ...]) -> None:
+    print(f"\n== {model}")
+    head = f"{'language':11} {'none tok/s':>10} " + " ".join(f"{m + ' med/worst':>17}" for m in modes[1:])
+    print(head + f" {'replay auto':>11} {'oracle':>7} {'live/oracle':>11} {'cold/warm':>9}")
+    for language, s in summaries.items():
+        cells = []
+        for mode in modes[1:]:
+            m = s[mode]
+            assert isinstance(m, dict)
+            cells.append(f"{m['median']:>8.2f}x/{m['worst']:>6.2f}x")
+        replay_auto, oracle, cold = s.get("replay_auto", {}), s.get("replay_oracle", {}), s.get("cold_vs_warm_auto", {})
+        assert isinstance(replay_auto, dict) and isinstance(oracle, dict) and isinstance(cold, dict)
+        print(
+            f"{language:11} {s['none_tokens_per_s']:>10} " + " ".join(f"{c:>17}" for c in cells)
+            + f" {replay_auto.get('median', float('nan')):>10.2f}x {oracle.get('median', float('nan')):>6.2f}x"
+            + f" {s.get('auto_live_vs_oracle', float('nan')):>11} {cold.get('median', float('nan')):>8.2f}x"
+        )
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def live(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Path) -> dict[str, object]:
+    modes = tuple(args.modes)
+    engine = Engine(EngineSettings(model, n_ctx=4096, n_threads=args.threads, cache_dir=cache_dir))
+    seed = engine.policy.cost.seed
+    print("seed pass cost (x one position):", ", ".join(f"{s}: {seed.relative(s):.2f}" for s in seed.sizes))
+    workspaces = Workspaces(engine)
+    results: list[TaskResult] = []
+    print(f"{'task':58} {'lang':10} " + " ".join(f"{m:>9}" for m in modes) + "  tok/pass(auto)")
+    for i, task in enumerate(tasks):
+        result = run_task(engine, task, i, modes, args.max_tokens, workspaces)
+        if args.upstream_bin:
+            depth = len(engine.build_prompt(request_of(task), options_of("none", args.max_tokens)).tokens)
+            threads = engine.runtime.settings.threads
+            result.upstream = upstream_speeds(args.upstream_bin, model, task, args.max_tokens, threads, depth)
+        results.append(result)
+        cells = [f"{result.tokens_per_s['none']:7.1f}/s"] + [f"{result.ratio(m):8.2f}x" for m in modes[1:]]
+        print(
+            f"{task.name[:58]:58} {task.language:10} " + " ".join(cells)
+            + f"  {result.tokens_per_pass['auto']:.2f} {result.accepted['auto']}",
+            flush=True,
+        )
+    latencies = [warm_latency(engine, t, workspaces) for t in tasks if t.kind == "mid-line"] if args.latency else []
+    curve = engine.cost_model
+    replays = replay_all([replay_task(engine, t, r.truth, workspaces, args.max_tokens) for t, r in zip(tasks, results)], curve)
+    for result, replayed in zip(results, replays):
+        result.replay_auto, result.replay_oracle = replayed.policy_speedup, replayed.oracle_speedup
+    engine.close()  # saves the calibration the cold processes start from
+    if args.cold:
+        for task, result in zip(tasks, results):
+            result.cold_auto_tokens_per_s = cold_sample(task, model, cache_dir, args.max_tokens, args.threads)
+            print(f"cold {task.name[:58]:58} {result.cold_auto_tokens_per_s / result.tokens_per_s['auto']:.2f}x of warm", flush=True)
+    summaries = {
+        language: language_summary([r for r in results if r.language == language], modes) for language in args.languages
+    }
+    print_table(model.name, summaries, modes)
+    out: dict[str, object] = {
+        "languages": summaries,
+        "cost_curve_today": {s: round(curve.relative(s), 3) for s in curve.sizes},
+        "tasks": [asdict(r) for r in results],
+    }
+    if latencies:
+        out["warm_latency_ms_p50"] = round(float(np.percentile(latencies, 50)), 1)
+        out["warm_latency_ms_p95"] = round(float(np.percentile(latencies, 95)), 1)
+    return out
+
+
+def replay_only(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Path) -> dict[str, object]:
+    engine = Engine(EngineSettings(model, n_ctx=4096, n_threads=args.threads, cache_dir=cache_dir))
+    truths = TruthCache(args.truth or default_cache_dir() / "bench-truth.json", model, args.max_tokens)
+    workspaces = Workspaces(engine)
+    replay_tasks: list[ReplayTask] = []
+    for task in tasks:
+        truth = truths.get(task)
+        if truth is None:
+            engine.last = None
+            truth = engine.complete(request_of(task), options_of("none", args.max_tokens), DraftCaches()).tokens
+            truths.put(task, truth)
+        replay_tasks.append(replay_task(engine, task, truth, workspaces, args.max_tokens))
+    curve = engine.cost_model if args.cost == "measured" else parse_curve(args.cost)
+    engine.close()
+    results = replay_all(replay_tasks, curve)
+    summaries: dict[str, object] = {}
+    print(f"\n== {model.name}, replayed on {', '.join(f'{s}: {curve.relative(s):.2f}' for s in curve.sizes)}")
+    print(f"{'language':11} {'auto med/worst/best':>24} {'oracle med/worst/best':>24} {'auto/oracle':>11} {'tok/pass':>8}")
+    for language in args.languages:
+        mine = [(t, r) for t, r in zip(tasks, results) if t.language == language]
+        auto = [r.policy_speedup for _, r in mine]
+        best = [r.oracle_speedup for _, r in mine]
+        per_pass = _median([r.tokens / r.policy_passes for _, r in mine])
+        summaries[language] = {
+            "replay_auto": _spread(auto), "replay_oracle": _spread(best),
+            "auto_vs_oracle": round(_median(auto) / _median(best), 3), "auto_tokens_per_pass": round(per_pass, 3),
+        }
+        print(
+            f"{language:11} {_median(auto):>10.2f}/{min(auto):.2f}/{max(auto):.2f}x {_median(best):>10.2f}/{min(best):.2f}/"
+            f"{max(best):.2f}x {_median(auto) / _median(best):>11.3f} {per_pass:>8.2f}"
+        )
+    out: dict[str, object] = {"languages": summaries, "tasks": [asdict(r) for r in results]}
+    if args.fit_priors:
+        out["priors"] = print_priors(replay_tasks, tasks)
+    return out
+
+
+def print_priors(replay_tasks: list[ReplayTask], tasks: list[Task]) -> dict[str, object]:
+    """Acceptance per kind of evidence over all languages (as a literal for policy.py), and per
+    language to show how far they differ."""
+    pooled = acceptance_counts(replay_tasks)
+    by_language = {
+        language: acceptance_counts([r for r, t in zip(replay_tasks, tasks) if t.language == language])
+        for language in sorted({t.language for t in tasks})
+    }
+    fitted = {k: round(a / n, 3) for k, (a, n) in sorted(pooled.items()) if n >= 30}
+    print("\n# (source, n-gram, count bucket, share bucket): acceptance  [tried]  per language")
+    print("FITTED_PRIORS: dict[BucketKey, float] = {")
+    for key, p in fitted.items():
+        spread = " ".join(
+            f"{lang[:2]} {c[key][0] / c[key][1]:.2f}/{c[key][1]}" if key in c else f"{lang[:2]} -"
+            for lang, c in by_language.items()
+        )
+        print(f"    {key}: {p},  # n={pooled[key][1]}; {spread}")
+    print("}")
+    return {str(k): v for k, v in fitted.items()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=20)
+    parser.add_argument("--languages", type=lambda s: s.split(","), default=list(LANGUAGES))
+    parser.add_argument("--model", type=Path, action="append", help="a GGUF model (repeat for several); default: the default model")
+    parser.add_argument("--tasks", type=int, default=8, help="tasks per language")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--corpus", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
-    parser.add_argument("--upstream-bin", type=Path, help="folder with llama-simple and llama-lookup")
+    parser.add_argument("--modes", type=lambda s: s.split(","), default=["none", "lookup", "auto"])
+    parser.add_argument("--no-cold", dest="cold", action="store_false", help="skip the fresh-process samples")
+    parser.add_argument("--no-latency", dest="latency", action="store_false", help="skip the warm one-line latency")
+    parser.add_argument("--cache-dir", type=Path, help="keep cost model and calibration here (default: a fresh folder: a fresh install)")
+    parser.add_argument("--upstream-bin", type=Path, help="folder with llama-bench and llama-lookup")
+    parser.add_argument("--replay", action="store_true", help="no live timing: replay auto and the oracle against --cost")
+    parser.add_argument("--cost", default="measured", help="replay's curve: measured, or e.g. 1:1,2:1.76,4:2.4,8:3.71")
+    parser.add_argument("--truth", type=Path, help="replay: the file that keeps decoded truths")
+    parser.add_argument("--fit-priors", action="store_true", help="replay: print the acceptance priors these tasks fit")
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument("--cold-task", help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    model = resolve_model_path(None)
-    engine = Engine(EngineSettings(model, n_ctx=4096, n_threads=args.threads))
-    cost = engine.cost_model
-    print("pass cost (x one position):", ", ".join(f"{s}: {cost.relative(s):.2f}" for s in cost.sizes))
-    tasks = pick_tasks(args.corpus, args.tasks, args.seed)
-    workspaces = Workspaces(engine)
-    results: list[TaskResult] = []
-    print(f"{'task':58} {'kind':10} rep  " + " ".join(f"{m:>9}" for m in MODES) + "  tok/pass(auto)")
-    for i, task in enumerate(tasks):
-        result = run_task(engine, task, i, args.max_tokens, workspaces)
-        if args.upstream_bin:
-            depth = engine.prompts.build(
-                CompletionRequest(task.text[: task.cursor], "", task.path.name), PromptWindows(), 4096
-            ).tokens
-            result.upstream = upstream_speeds(
-                args.upstream_bin, model, task, args.max_tokens, engine.runtime.settings.threads, len(depth)
-            )
-        results.append(result)
-        cells = [f"{result.tokens_per_s['none']:7.1f}/s"] + [f"{result.ratio(m):8.2f}x" for m in MODES[1:]]
-        print(
-            f"{task.name[:58]:58} {task.kind:10} {result.repeat_share:4.2f} "
-            + " ".join(cells)
-            + f"  {result.tokens_per_pass['auto']:.2f} {result.accepted['auto']}",
-            flush=True,
-        )
-    latencies = [warm_latency(engine, t, workspaces) for t in tasks if t.kind == "mid-line"]
-    summary = report(results, latencies, {s: round(cost.relative(s), 3) for s in cost.sizes})
-    print(json.dumps(summary, indent=1))
+    if args.cold_task:
+        return run_cold_task(args.cold_task)
+    unknown = [name for name in args.languages if name not in LANGUAGES]
+    if unknown or not {"none", "auto"} <= set(args.modes) or not set(args.modes) <= set(MODES):
+        parser.error(f"--languages from {', '.join(LANGUAGES)}; --modes from {', '.join(MODES)} with none and auto")
+    args.modes = ["none", *(m for m in MODES[1:] if m in args.modes)]
+    per_language = {name: pick_tasks(LANGUAGES[name], corpus_root(name), args.tasks, args.seed) for name in args.languages}
+    tasks = interleaved(per_language)
+    models = args.model or [resolve_model_path(None)]
+    report: dict[str, object] = {"arguments": {k: str(v) for k, v in vars(args).items()}}
+    with tempfile.TemporaryDirectory(prefix="decode-bench-") as fresh:
+        for model in models:
+            cache_dir = args.cache_dir or Path(fresh) / model.name
+            run = replay_only if args.replay else live
+            report[model.name] = run(args, model, tasks, cache_dir)
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "tasks": [r.__dict__ for r in results]}, indent=1))
-    engine.close()
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1))
     return 0
 
 

@@ -25,6 +25,7 @@ from lookahead_lsp.engine import (
     EngineSettings,
     PromptWindows,
 )
+from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import mid_word
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.tokenizer import tokenize_file_text
@@ -309,7 +310,8 @@ def test_typing_the_start_of_a_completion_drafts_its_rest(engine: Engine) -> Non
     # The user types the suggestion's first word (a whole token: a prompt ending inside a token
     # makes the model continue that token instead).
     typed = first.text[: first.text.index("def") + 3]
-    options = DecodeOptions(draft="auto", max_tokens=24, stop_rules=False, trace=True)
+    # A key of its own: the guard's record of other tests' timings has no say here.
+    options = DecodeOptions(draft="auto", max_tokens=24, stop_rules=False, trace=True, speculation_key="typed")
     second = engine.complete(CompletionRequest(prefix + typed, "", "t.py"), options)
     _check_verified(second)
     assert second.stats.accepted_by_source["previous"] > 0
@@ -320,17 +322,15 @@ def test_typing_the_start_of_a_completion_drafts_its_rest(engine: Engine) -> Non
 def test_auto_widens_where_passes_are_cheap(engine: Engine) -> None:
     """On a machine whose passes cost nearly the same whatever their width (a GPU), auto runs a
     lookahead window and longer drafts; on this CPU's measured curve it runs none."""
-    from lookahead_lsp.engine.cost_model import CostModel
-
     request, caches = _task(engine, *TASKS[3])
-    measured = engine.cost_model
+    measured = engine.policy.cost
     cpu = _run(engine, request, caches, "auto")
     assert cpu.stats.lookahead_window is None or measured.relative(25) <= 1.1
-    engine._cost = CostModel((1, 8, 64), (10.0, 10.2, 10.8))
+    engine.policy.cost = OnlineCost(CostModel((1, 8, 64), (10.0, 10.2, 10.8)))
     try:
-        wide = _run(engine, request, caches, "auto")
+        wide = _run(engine, request, caches, "auto", speculation_key="widen")
     finally:
-        engine._cost = measured
+        engine.policy.cost = measured
     _check_verified(wide)
     assert wide.stats.lookahead_window == "W8 N4 G8"
     at = _first_difference(cpu.tokens, wide.tokens)

@@ -1,5 +1,6 @@
 """auto's decisions: draft lengths from the cost curve and learnt acceptance; the token tree;
-the cost model's interpolation and its file cache."""
+the cost model's interpolation, its file cache and its online updates; the guard that stops
+speculating where it loses to plain decoding."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lookahead_lsp.engine.cost_model import CostModel, load_or_measure
-from lookahead_lsp.engine.policy import AcceptanceModel, best_draft_length, prior_probability
+from lookahead_lsp.engine.cost_model import CostModel, OnlineCost, load_or_measure
+from lookahead_lsp.engine.policy import (
+    AcceptanceModel,
+    AutoPolicy,
+    Choice,
+    SpeculationGuard,
+    best_draft_length,
+    prior_probability,
+)
 from lookahead_lsp.engine.runtime import ModelRuntime, RuntimeSettings
 from lookahead_lsp.engine.tree import DraftTree
 from tiny_gguf import write_tiny_gguf
@@ -97,3 +105,95 @@ def test_cost_model_file_cache(tmp_path: Path, caplog: pytest.LogCaptureFixture)
         assert runtime.kv_tokens == []
     finally:
         runtime.close()
+
+
+# -- the online cost curve -------------------------------------------------------------------
+
+SEED = CostModel((1, 2, 4, 8), (10.0, 17.6, 24.0, 37.1))
+
+
+def test_online_cost_moves_to_the_timings_observed() -> None:
+    cost = OnlineCost(SEED)
+    assert cost.pass_ms(4) == pytest.approx(24.0)
+    # Today a plain pass takes 15 ms (load, plus the loop's own work) and 4 positions 30 ms.
+    for _ in range(80):
+        cost.observe(1, 15.0)
+        cost.observe(4, 30.0)
+    assert cost.pass_ms(1) == pytest.approx(15.0, rel=0.03)
+    assert cost.pass_ms(4) == pytest.approx(30.0, rel=0.03)
+    assert cost.relative(4) == pytest.approx(2.0, rel=0.05)  # the seed said 2.4
+    # Never run: 8 keeps the seed's step from 4 (x 37.1 / 24) and the curve stays monotone.
+    assert cost.pass_ms(8) == pytest.approx(30.0 * 37.1 / 24.0, rel=0.05)
+    sizes = range(1, 40)
+    assert all(cost.pass_ms(a) <= cost.pass_ms(b) for a, b in zip(sizes, sizes[1:]))
+
+
+def test_online_cost_shrugs_off_an_outlier_and_follows_a_lasting_change() -> None:
+    cost = OnlineCost(SEED)
+    for _ in range(40):
+        cost.observe(1, 10.0)
+        cost.observe(8, 37.1)
+    before = cost.pass_ms(8)
+    cost.observe(1, 5000.0)  # the process was descheduled for five seconds
+    assert cost.pass_ms(1) < 10.0 * 1.2 and cost.pass_ms(8) < before * 1.2
+    # The machine gets busy: plain passes take twice as long, and passes of 8, not run
+    # meanwhile, are expected to follow.
+    for _ in range(40):
+        cost.observe(1, 20.0)
+    assert cost.pass_ms(1) == pytest.approx(20.0, rel=0.05)
+    assert cost.pass_ms(8) > before * 1.5
+    # Garbage timings are ignored.
+    cost.observe(1, float("nan"))
+    cost.observe(0, 5.0)
+    cost.observe(1, -1.0)
+    assert cost.pass_ms(1) == pytest.approx(20.0, rel=0.05)
+
+
+# -- the guard -------------------------------------------------------------------------------
+
+
+def test_guard_backs_off_where_speculation_loses_and_probes_again() -> None:
+    guard = SpeculationGuard()
+    plain_ms = 10.0  # one token per 10 ms without speculation
+    assert guard.allows(".js")
+    for _ in range(3):  # speculative passes: 24 ms for 2 tokens, 12 ms a token
+        guard.record(".js", 24.0, 2, plain_ms)
+    assert not guard.allows(".js")
+    assert guard.allows(".py")  # other keys keep their own record
+    for _ in range(31):
+        guard.held_back(".js")
+        assert not guard.allows(".js")
+    guard.held_back(".js")
+    assert guard.allows(".js")  # a probe after 32 held-back passes
+    for _ in range(3):  # the probe loses too: the next one comes twice as late
+        guard.record(".js", 30.0, 2, plain_ms)
+    for _ in range(63):
+        guard.held_back(".js")
+    assert not guard.allows(".js")
+    guard.held_back(".js")
+    assert guard.allows(".js")
+    for _ in range(3):  # this probe wins (8 ms a token): speculation resumes
+        guard.record(".js", 24.0, 3, plain_ms)
+    assert guard.allows(".js") and guard.allows(".js")
+
+
+def test_guard_keeps_speculation_that_pays() -> None:
+    guard = SpeculationGuard()
+    for _ in range(50):
+        guard.record(".py", 18.0, 2, 10.0)  # 9 ms a token against 10
+    assert guard.allows(".py")
+
+
+def test_auto_policy_holds_drafts_back_once_speculative_passes_lose() -> None:
+    """The real policy: confident evidence, a CPU-like curve, then timings that say the
+    speculative passes take longer per token than plain ones (say drafting got expensive)."""
+    policy = AutoPolicy(AcceptanceModel(), OnlineCost(CPU), SpeculationGuard())
+    evidence = np.array([[0, 4, 9, 9]] * 6, dtype=np.int64)  # context 4-grams seen 9 of 9 times
+    first = policy.choose(evidence, ".c")
+    assert first.length > 0 and not first.held_back
+    for _ in range(3):
+        policy.record_pass(".c", None, 50.0, first.length + 1, speculative=True)
+        policy.record_pass(".c", 1, 1.0, 1, speculative=False)
+    held = policy.choose(evidence, ".c")
+    assert held == Choice(0, True)
+    assert policy.choose(evidence, ".h").length > 0

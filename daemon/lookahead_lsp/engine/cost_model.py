@@ -1,14 +1,17 @@
-"""What one model pass costs as a function of how many positions it verifies, measured once per
-machine, model and thread count, and kept on disk.
+"""What one model pass costs as a function of how many positions it verifies: a seed curve
+measured once per machine, model and thread count and kept on disk, then followed online
+(OnlineCost) from the timings of the passes the engine really runs.
 
 On a 2-core CPU a pass with 8 verified positions costs ~3.7 passes of one, on a GPU barely more
-than one: the speculation policy must be sized from this curve, never from assumptions."""
+than one, and the same machine's curve moves with its load: the speculation policy must be
+sized from today's timings, never from assumptions."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import statistics
@@ -57,6 +60,75 @@ class CostModel:
     def relative(self, positions: int) -> float:
         """A pass of `positions` in units of a one-position pass."""
         return self.pass_ms(positions) / self.ms[0]
+
+
+# How fast the online curve follows the machine. Every pass moves the common level by this share
+# of its (clipped) log error: a change of load shows within ~10 passes whatever their sizes.
+_LEVEL_RATE = 0.15
+# A size's own correction moves slower: it learns the curve's shape (the fixed per-pass work
+# weighs most on small passes) without taking a load change seen only at one size for its own.
+_SIZE_RATE = 0.04
+# One pass more than e^0.5 = 1.65x off the estimate counts as 1.65x off: a burst of load or a
+# page fault moves the curve by a few percent, a lasting change within a few dozen passes.
+_MAX_LOG_ERROR = 0.5
+_MAX_POSITIONS = 4096
+
+
+class OnlineCost:
+    """The seed curve scaled by what passes cost today. For a pass of s positions,
+    log ms(s) = log seed(s) + level + offset(s): `level` follows the whole machine (every pass
+    updates it), `offset(s)` the sizes that were run (the fixed per-pass work of the engine's
+    loop, which the seed's bare decodes lack). Sizes never run take their offset from the
+    nearest run sizes (linear between, flat beyond), so they move with the level and keep the
+    seed's shape."""
+
+    def __init__(self, seed: CostModel, level: float = 0.0, offsets: dict[int, float] | None = None) -> None:
+        self.seed = seed
+        self.level = level
+        self.offsets: dict[int, float] = dict(offsets or {})
+        self._curve: CostModel | None = None
+
+    def observe(self, positions: int, ms: float) -> None:
+        """A pass of `positions` positions (all with logits) took `ms`, loop work included."""
+        if not 1 <= positions <= _MAX_POSITIONS or not math.isfinite(ms) or ms <= 0:
+            return
+        error = math.log(ms) - math.log(self.pass_ms(positions))
+        error = max(-_MAX_LOG_ERROR, min(_MAX_LOG_ERROR, error))
+        self.level += _LEVEL_RATE * error
+        self.offsets[positions] = self._offset(positions) + _SIZE_RATE * error
+        self._curve = None
+
+    @property
+    def curve(self) -> CostModel:
+        """Today's curve over the seed's sizes and every size run (never cheaper for more
+        positions)."""
+        if self._curve is None:
+            sizes = sorted(set(self.seed.sizes) | set(self.offsets))
+            scale = math.exp(self.level)
+            ms = tuple(self.seed.pass_ms(s) * scale * math.exp(self._offset(s)) for s in sizes)
+            self._curve = CostModel(tuple(sizes), _monotonic(ms))
+        return self._curve
+
+    def pass_ms(self, positions: int) -> float:
+        return self.curve.pass_ms(positions)
+
+    def relative(self, positions: int) -> float:
+        return self.curve.relative(positions)
+
+    def _offset(self, positions: int) -> float:
+        if not self.offsets:
+            return 0.0
+        if positions in self.offsets:
+            return self.offsets[positions]
+        run = sorted(self.offsets)
+        if positions < run[0]:
+            return self.offsets[run[0]]
+        if positions > run[-1]:
+            return self.offsets[run[-1]]
+        right = next(s for s in run if s > positions)
+        left = max(s for s in run if s < positions)
+        share = (positions - left) / (right - left)
+        return self.offsets[left] + (self.offsets[right] - self.offsets[left]) * share
 
 
 def machine_key(runtime: ModelRuntime) -> dict[str, object]:

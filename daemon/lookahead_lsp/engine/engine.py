@@ -5,9 +5,13 @@ One code path serves every draft mode; the modes differ only in what a step prop
   none       nothing: one token per pass (the baseline);
   lookup     the lookup core's token tree (context, workspace and repository caches);
   lookahead  the lookup tree plus the Jacobi window's pooled n-grams, and the window itself;
-  auto       the lookup core's draft cut to the length that pays by the measured cost model and
-             the running acceptance (policy.py), the window only where wide passes are cheap.
-Every emitted token is the model's argmax at the position that verified it."""
+  auto       the lookup core's draft cut to the length that pays by today's pass costs and the
+             running acceptance (policy.py), the window only where wide passes are cheap, and
+             no speculation where it has been losing to plain passes (the guard).
+Every emitted token is the model's argmax at the position that verified it.
+
+Every pass is timed, loop work included, and the timings keep the cost curve current; what auto
+learns is saved per model in the cache folder (calibration.py) and loaded by the next Engine."""
 
 from __future__ import annotations
 
@@ -15,17 +19,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import llama_cpp
 import numpy as np
 
 from lookahead_lsp._lookup import NgramCache, StaticCache, draft_tree, draft_with_evidence
-from lookahead_lsp.engine import cost_model
-from lookahead_lsp.engine.cost_model import CostModel
+from lookahead_lsp.cache_files import default_cache_dir
+from lookahead_lsp.engine import calibration, cost_model
+from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
-from lookahead_lsp.engine.policy import AcceptanceModel, best_draft_length
-from lookahead_lsp.engine.prompt import CompletionRequest, FimTokens, PromptBuilder, PromptWindows
+from lookahead_lsp.engine.policy import AUTO_MAX_DRAFT, AutoPolicy
+from lookahead_lsp.engine.prompt import CompletionRequest, FimTokens, Prompt, PromptBuilder, PromptWindows
 from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, ModelRuntime, RuntimeSettings
 from lookahead_lsp.engine.stopping import Stopper
 from lookahead_lsp.engine.tree import PREVIOUS, SOURCES, WINDOW, DraftTree
@@ -37,10 +42,11 @@ PREFILL_CHUNK = 128
 # A prompt tail this short that the KV cache lacks is evaluated in the first step's pass rather
 # than in a pass of its own: the next keystroke then costs one pass less.
 _MAX_LEAD = 8
-# auto: the longest draft considered, and the pass cost at which a lookahead window is "free".
-_AUTO_MAX_DRAFT = 16
+# auto: the pass cost at which a lookahead window is "free".
 _AUTO_WINDOW_SHAPES = (LookaheadShape(8, 4, 8), LookaheadShape(4, 4, 4), LookaheadShape(2, 3, 2))
 _FREE_WINDOW_COST = 1.10
+# The calibration is saved after a completion at most this often (and when the engine closes).
+_SAVE_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class EngineSettings:
     n_ctx: int = 4096
     n_threads: int | None = None  # None: all cores
     n_gpu_layers: int = -1  # -1: all, on a GPU build of llama-cpp-python
-    cache_dir: Path | None = None  # where the cost model is kept (default ~/.cache/lookahead-lsp)
+    cache_dir: Path | None = None  # cost model and calibration (default ~/.cache/lookahead-lsp)
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class DecodeOptions:
     lookahead: LookaheadShape = LookaheadShape()
     trace: bool = False  # record, per emitted token, the verifying pass's top two logits
     heal: bool = True  # token healing at the end of a partly typed word (healing.py)
+    # auto: whose record the guard keeps (a document, a language); default: the file extension.
+    speculation_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.draft not in DRAFT_MODES:
@@ -167,6 +175,10 @@ class _Step:
     evidence: np.ndarray | None = None  # auto: the drafted tokens' evidence (for learning)
     offered: np.ndarray | None = None  # auto: evidence of tokens offered but not drafted
     window: LookaheadWindow | None = None
+    # After the pass: the tokens it produced (before any cut) and, when every position of the
+    # batch had logits and no prompt tokens rode along, its size on the cost curve's scale.
+    produced: int = 0
+    positions: int | None = None
 
 
 class Engine:
@@ -182,18 +194,63 @@ class Engine:
         rt = self.runtime
         self.tokenizer = rt.tokenizer
         self.prompts = PromptBuilder(self.tokenizer, self._bos(), self._fim_tokens())
-        self.acceptance = AcceptanceModel()
-        self._cost: CostModel | None = None
         self._token_prefixes: TokenPrefixes | None = None
         # The last request's text before the cursor and everything it generated.
         self.last: tuple[str, str] | None = None
+        self._cache_dir = settings.cache_dir or default_cache_dir()
+        self._model_identity = calibration.model_identity(settings.model_path)
+        self._machine = cost_model.machine_key(self.runtime)
+        self._calibration_path = calibration.calibration_path(self._cache_dir, self._model_identity)
+        self._calibration = calibration.load(self._calibration_path, self._model_identity, self._machine)
+        self._policy: AutoPolicy | None = None
+        self._saved_at = time.monotonic()
+        self._saver: threading.Thread | None = None
+
+    @property
+    def policy(self) -> AutoPolicy:
+        """auto's state, from the saved calibration; its first use measures the seed cost curve
+        if this machine has none yet (a few seconds)."""
+        if self._policy is None:
+            seed = cost_model.load_or_measure(self.runtime, self._cache_dir)
+            cal = self._calibration
+            cost = OnlineCost(seed, cal.level, cal.offsets)
+            self._policy = AutoPolicy(cal.acceptance, cost, cal.guard)
+        return self._policy
 
     @property
     def cost_model(self) -> CostModel:
-        """Measured on first use (a few seconds), then read from the cache directory."""
-        if self._cost is None:
-            self._cost = cost_model.load_or_measure(self.runtime, self.settings.cache_dir)
-        return self._cost
+        """Today's pass cost curve."""
+        return self.policy.cost.curve
+
+    def save_calibration(self) -> None:
+        """Writes what auto has learnt to the cache folder now (atomically)."""
+        self._join_saver()
+        data = self._encoded_calibration()
+        if data is not None:
+            calibration.save(self._calibration_path, data)
+
+    def _encoded_calibration(self) -> bytes | None:
+        if self._policy is None:
+            return None  # nothing learnt since the load
+        p = self._policy
+        state = calibration.Calibration(p.acceptance, p.guard, p.cost.level, dict(p.cost.offsets))
+        self._saved_at = time.monotonic()
+        return calibration.encode(state, self._model_identity, self._machine)
+
+    def _save_now_and_then(self) -> None:
+        """In the background, so that no completion waits for a disk."""
+        if time.monotonic() - self._saved_at < _SAVE_EVERY_S or (self._saver and self._saver.is_alive()):
+            return
+        data = self._encoded_calibration()
+        if data is not None:
+            path = self._calibration_path
+            self._saver = threading.Thread(target=calibration.save, args=(path, data), daemon=True)
+            self._saver.start()
+
+    def _join_saver(self) -> None:
+        if self._saver is not None:
+            self._saver.join()
+            self._saver = None
 
     @property
     def token_prefixes(self) -> TokenPrefixes:
@@ -207,6 +264,7 @@ class Engine:
         return self.prompts.fim is not None
 
     def close(self) -> None:
+        self.save_calibration()
         self.runtime.close()
 
     def complete(
@@ -219,12 +277,22 @@ class Engine:
         start = time.perf_counter()
         cancelled: Callable[[], bool] = (lambda: cancel.cancelled) if cancel else (lambda: False)
         if options.draft in ("auto", "lookahead"):
-            _ = self.cost_model  # measured before the clock of this completion matters
+            _ = self.policy  # the seed curve is measured before the clock of this completion matters
             start = time.perf_counter()
         run = _Run(self, request, options, caches, cancelled, start)
         result = run.execute()
         self.last = (request.prefix, run.generated_text())
+        self._save_now_and_then()
         return result
+
+    def build_prompt(self, request: CompletionRequest, options: DecodeOptions) -> Prompt:
+        """The prompt complete() evaluates for this request (healed where it ends mid-word)."""
+        max_prompt = self.runtime.n_ctx - options.max_tokens - _step_room(options)
+        if max_prompt < 16:
+            n_ctx = self.runtime.n_ctx
+            raise ValueError(f"max_tokens {options.max_tokens} leaves no room for a prompt in n_ctx {n_ctx}")
+        heal = options.heal and mid_word(request.prefix, request.suffix)
+        return self.prompts.build(request, options.windows, max_prompt, heal)
 
     def previous_continuation(self, prefix: str) -> str:
         """What the last completion predicted after `prefix`, when the user typed the beginning
@@ -259,6 +327,14 @@ class Engine:
         )
 
 
+def _step_room(options: DecodeOptions) -> int:
+    """Positions one step may use beyond the current token."""
+    o = options
+    lookup = o.lookup_draft if o.draft != "auto" else AUTO_MAX_DRAFT
+    window = max(s.positions for s in _AUTO_WINDOW_SHAPES) if o.draft == "auto" else o.lookahead.positions
+    return lookup + window + 8
+
+
 class _Run:
     """The state of one completion."""
 
@@ -290,21 +366,11 @@ class _Run:
         self.previous: list[int] = []  # the rest of the last completion, drafted first
         self.healed = ""  # the text of the prompt token given up for healing
         self.heal_ids: np.ndarray | None = None  # the first token's choices while healing
-
-    def _step_room(self) -> int:
-        """Positions one step may use beyond the current token."""
-        o = self.options
-        lookup = o.lookup_draft if o.draft != "auto" else _AUTO_MAX_DRAFT
-        window = max(s.positions for s in _AUTO_WINDOW_SHAPES) if o.draft == "auto" else o.lookahead.positions
-        return lookup + window + 8
+        self.key = options.speculation_key or language_key(request.path)
 
     def execute(self) -> Completion:
         o, rt = self.options, self.rt
-        max_prompt = rt.n_ctx - o.max_tokens - self._step_room()
-        if max_prompt < 16:
-            raise ValueError(f"max_tokens {o.max_tokens} leaves no room for a prompt in n_ctx {rt.n_ctx}")
-        heal = o.heal and mid_word(self.request.prefix, self.request.suffix)
-        prompt = self.engine.prompts.build(self.request, o.windows, max_prompt, heal)
+        prompt = self.engine.build_prompt(self.request, o)
         if prompt.healed_token is not None:
             self.healed = self.engine.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
             self.heal_ids = self.engine.token_prefixes.starting_with(self.healed)
@@ -351,16 +417,28 @@ class _Run:
             if o.time_budget_ms is not None and self.stats.passes > 0 and spent >= o.time_budget_ms:
                 return "time-budget"
             remaining = o.max_tokens - len(self.generated)
-            if len(rt.kv_tokens) + self._step_room() + 1 >= rt.n_ctx:
+            if len(rt.kv_tokens) + _step_room(o) + 1 >= rt.n_ctx:
                 return "context-full"
             t = time.perf_counter()
             step = self._plan(remaining)
             self.stats.ms_draft += (time.perf_counter() - t) * 1000
+            had_lead = bool(self.lead)
             reason = self._run_step(step, remaining)
+            if not had_lead:
+                self._record_pass(step, (time.perf_counter() - t) * 1000)
             if reason is not None:
                 return reason
             if len(self.generated) >= o.max_tokens:
                 return "max-tokens"
+
+    def _record_pass(self, step: _Step, ms: float) -> None:
+        """The pass's time, drafting to bookkeeping, for the cost curve (any mode, once auto's
+        state exists) and, for auto's speculative passes, the guard."""
+        policy = self.engine._policy
+        if policy is None:
+            return
+        speculative = self.options.draft == "auto" and (len(step.tree) > 0 or step.window is not None)
+        policy.record_pass(self.key, step.positions, ms, step.produced, speculative)
 
     # -- planning ----------------------------------------------------------------------------
 
@@ -375,7 +453,7 @@ class _Run:
             previous = self.previous[:room]
             if o.draft == "auto":
                 evidence = np.array([[PREVIOUS, 0, 1, 1]] * len(previous), dtype=np.int64)
-                k = best_draft_length(self.engine.acceptance.probabilities(evidence), self.engine.cost_model)
+                k = self.engine.policy.choose(evidence, self.key).length
                 previous, step.evidence = previous[:k], evidence[:k]
             tree.add_path(previous, [PREVIOUS] * len(previous), len(previous))
         elif o.draft in ("lookup", "lookahead") and room and o.lookup_branches:
@@ -383,12 +461,14 @@ class _Run:
             tokens, parents, evidence = draft_tree(tail, n, o.lookup_branches, self.context, dynamic, static)
             tree.add_tree(tokens.tolist(), parents.tolist(), evidence[:, 0].tolist(), n * o.lookup_branches)
         elif o.draft == "auto" and room:
-            tokens, evidence = draft_with_evidence(tail, min(_AUTO_MAX_DRAFT, room), self.context, dynamic, static)
+            tokens, evidence = draft_with_evidence(tail, min(AUTO_MAX_DRAFT, room), self.context, dynamic, static)
             if len(tokens):
-                k = best_draft_length(self.engine.acceptance.probabilities(evidence), self.engine.cost_model)
+                choice = self.engine.policy.choose(evidence, self.key)
+                k = choice.length
                 tree.add_path(tokens[:k].tolist(), evidence[:k, 0].tolist(), k)
                 step.evidence = evidence[:k]
-                step.offered = evidence[k : k + 1]
+                # Held back by the guard, the offer says nothing about the evidence.
+                step.offered = None if choice.held_back else evidence[k : k + 1]
         if self.window is not None and room:
             for gram in self.window.candidates(self.history[-1]):
                 tree.add_path(gram[:room], [WINDOW] * len(gram[:room]), len(tree) + room)
@@ -396,7 +476,10 @@ class _Run:
 
     def _auto_window(self, seed: list[int]) -> LookaheadWindow | None:
         """A Jacobi window only where the measured cost says wide passes are nearly free (a GPU,
-        typically): the widest shape whose positions cost at most 10 % more than a plain pass."""
+        typically): the widest shape whose positions cost at most 10 % more than a plain pass,
+        unless the guard holds speculation back here."""
+        if not self.engine.policy.guard.allows(self.key):
+            return None
         cost = self.engine.cost_model
         for shape in _AUTO_WINDOW_SHAPES:
             extra = shape.positions + shape.candidates * (shape.ngram - 1)
@@ -453,10 +536,13 @@ class _Run:
         rt.accept_branch(keep_seq, [*lead, pending, *accepted], len(used_seqs) > 1)
         if step.window is not None:
             step.window.update([choices[r] for r in step.window.output_rows])
-        if step.evidence is not None:
-            self.engine.acceptance.observe(step.evidence, len(step.evidence), len(path))
-        if step.offered is not None and len(step.offered):
-            self.engine.acceptance.decline(step.offered)
+        if step.evidence is not None or step.offered is not None:
+            # The drafted path's accepted tokens: the accepted path's nodes up to the first
+            # that only the window proposed.
+            lookup = next((i for i, node in enumerate(path) if tree.sources[node] == WINDOW), len(path))
+            self.engine.policy.learn(step.evidence, lookup, step.offered)
+        step.produced = len(path) + 1
+        step.positions = batch.size if batch.n_outputs == batch.size and not lead else None
 
         new = [*accepted, choices[bonus_row]]
         # The last completion's rest stays a draft only while the model keeps agreeing with it.
@@ -515,3 +601,8 @@ class _Run:
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.start) * 1000
+
+
+def language_key(path: str) -> str:
+    """The guard's default key: the document's extension (its language), "" without one."""
+    return PurePosixPath(path.replace("\\", "/")).suffix.lower()

@@ -1,5 +1,6 @@
 """How much to speculate (draft=auto): the chance that each drafted token is accepted, learnt
-online from what the model accepted before, against the measured cost of longer passes.
+online from what the model accepted before, against what longer passes cost today; and a guard
+that stops speculating where it has been losing to plain decoding.
 
 A drafted token must be right ~76 % of the time on a 2-core CPU just to pay for itself as the
 only token of a draft (a pass of 2 positions costs 1.76 passes of 1). So a draft is cut where its
@@ -15,19 +16,31 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from lookahead_lsp.engine.cost_model import CostModel
+from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.tree import PREVIOUS
 
 Evidence = npt.NDArray[np.int64]  # (n, 4): source, n-gram size, count, total
+BucketKey = tuple[int, int, int, int]  # source, n-gram size, count bucket, share bucket
 
 # Pseudo-observations behind the prior: enough to steady the first decisions, few enough to
 # be overruled within a completion or two.
 _PRIOR_WEIGHT = 2.0
 # Per declined offer, observations of that bucket decay by this factor (back towards the prior).
 _DECAY_WHEN_UNUSED = 0.97
+# Observations kept per bucket (older ones scaled down): a bucket keeps following the model
+# after weeks of use instead of freezing at its long-run average.
+_MAX_TRIED = 200.0
 _PREVIOUS_PRIOR = 0.9
 _COUNT_EDGES = (1, 2, 4, 8)  # buckets: 1, 2-3, 4-7, 8+
 _SHARE_EDGES = (0.5, 0.7, 0.85, 0.97)  # buckets by the chosen follower's share of its key
+# The longest draft considered.
+AUTO_MAX_DRAFT = 16
+
+# Acceptance per bucket before any observation, measured by an offline replay of greedy
+# completions in three languages (every drafted token counted while all before it matched):
+#   .venv/bin/python bench/decode_bench.py --replay --tasks 12 --fit-priors
+# Buckets it saw too rarely fall back to prior_formula().
+FITTED_PRIORS: dict[BucketKey, float] = {}
 
 
 def _bucket(edges: Sequence[float], value: float) -> int:
@@ -37,14 +50,15 @@ def _bucket(edges: Sequence[float], value: float) -> int:
     return b
 
 
-def _key(row: Sequence[int]) -> tuple[int, int, int, int]:
+def bucket_key(row: Sequence[int]) -> BucketKey:
+    """The kind of evidence behind one drafted token (a row of draft_with_evidence)."""
     source, ngram, count, total = (int(x) for x in row)
     share = count / total if total else 0.0
     return source, ngram, _bucket(_COUNT_EDGES, count), _bucket(_SHARE_EDGES, share)
 
 
-def prior_probability(row: Sequence[int]) -> float:
-    """Before any observation: the follower's share of its key, discounted for thin evidence
+def prior_formula(row: Sequence[int]) -> float:
+    """Without a fitted prior: the follower's share of its key, discounted for thin evidence
     (a follower seen once is right about half the time); the model's own last completion, when
     the user typed its beginning, is nearly always right."""
     source, _, count, total = (int(x) for x in row)
@@ -54,8 +68,13 @@ def prior_probability(row: Sequence[int]) -> float:
     return share * count / (count + 1.0)
 
 
+def prior_probability(row: Sequence[int]) -> float:
+    """Before any observation: the fitted prior of the row's bucket, else prior_formula."""
+    return FITTED_PRIORS.get(bucket_key(row), prior_formula(row))
+
+
 @dataclass
-class _Bucket:
+class AcceptanceBucket:
     prior: float
     accepted: float = 0.0
     tried: float = 0.0
@@ -68,15 +87,16 @@ class _Bucket:
 @dataclass
 class AcceptanceModel:
     """Running acceptance per kind of evidence: (source, n-gram size, count bucket, share
-    bucket). Lives as long as the engine: what was learnt on one completion serves the next."""
+    bucket). Lives as long as the engine, and beyond it in the calibration file: what was learnt
+    on one completion serves the next."""
 
-    _buckets: dict[tuple[int, int, int, int], _Bucket] = field(default_factory=dict)
+    buckets: dict[BucketKey, AcceptanceBucket] = field(default_factory=dict)
 
-    def _bucket_of(self, row: Sequence[int]) -> _Bucket:
-        key = _key(row)
-        bucket = self._buckets.get(key)
+    def _bucket_of(self, row: Sequence[int]) -> AcceptanceBucket:
+        key = bucket_key(row)
+        bucket = self.buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = _Bucket(prior_probability(row))
+            bucket = self.buckets[key] = AcceptanceBucket(prior_probability(row))
         return bucket
 
     def probabilities(self, evidence: Evidence) -> list[float]:
@@ -89,6 +109,10 @@ class AcceptanceModel:
             if i > n_accepted:
                 break
             bucket = self._bucket_of(row)
+            if bucket.tried >= _MAX_TRIED:
+                scale = (_MAX_TRIED - 1) / bucket.tried
+                bucket.tried *= scale
+                bucket.accepted *= scale
             bucket.tried += 1
             bucket.accepted += i < n_accepted
 
@@ -114,3 +138,125 @@ def best_draft_length(probabilities: Sequence[float], cost: CostModel, base: int
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k
+
+
+# -- the guard -----------------------------------------------------------------------------
+
+# Speculative passes behind a verdict: decayed sums with this factor per pass; a verdict needs
+# a weight of _MIN_WEIGHT (three passes).
+_GUARD_DECAY = 0.85
+_MIN_WEIGHT = 2.5
+# Passes that wanted to speculate but were held back before the next probe; doubled after each
+# probe that lost again, so a key where speculation never pays costs a few passes in hundreds.
+_FIRST_PROBE = 32
+_MAX_PROBE = 512
+# Keys remembered (the least recently used are forgotten first).
+_MAX_GUARD_KEYS = 256
+
+
+@dataclass
+class GuardState:
+    """One key's recent speculative passes and its verdict."""
+
+    on: bool = True
+    probing: bool = False
+    ms: float = 0.0  # decayed sum of speculative passes' milliseconds
+    tokens: float = 0.0  # decayed sum of the tokens they emitted
+    weight: float = 0.0  # decayed number of them
+    held: int = 0  # passes held back since the last verdict
+    interval: int = _FIRST_PROBE  # held-back passes before the next probe
+
+    def add(self, ms: float, tokens: int) -> None:
+        self.ms = self.ms * _GUARD_DECAY + ms
+        self.tokens = self.tokens * _GUARD_DECAY + tokens
+        self.weight = self.weight * _GUARD_DECAY + 1.0
+
+    def reset(self) -> None:
+        self.ms = self.tokens = self.weight = 0.0
+
+
+@dataclass
+class SpeculationGuard:
+    """Never slower than plain: per key (a document or a language), the milliseconds per emitted
+    token of recent speculative passes against those of a plain pass (one position, with the
+    loop's own work). Where speculation loses, it is held back; after `interval` held-back
+    passes a few passes probe it again, and it resumes only if they win."""
+
+    states: dict[str, GuardState] = field(default_factory=dict)
+
+    def allows(self, key: str) -> bool:
+        state = self.states.get(key)
+        if state is None or state.on or state.probing:
+            return True
+        if state.held >= state.interval:
+            state.probing = True
+            state.reset()  # the probe is judged on its own passes
+            return True
+        return False
+
+    def held_back(self, key: str) -> None:
+        self._state(key).held += 1
+
+    def record(self, key: str, ms: float, tokens: int, plain_ms: float) -> None:
+        """A speculative pass of `key` took `ms` (loop work included) and emitted `tokens`; a
+        plain pass costs `plain_ms` today."""
+        state = self._state(key)
+        state.add(ms, max(1, tokens))
+        if state.weight < _MIN_WEIGHT:
+            return
+        losing = state.ms / state.tokens > plain_ms
+        if state.probing:
+            state.probing, state.on, state.held = False, not losing, 0
+            state.interval = min(2 * state.interval, _MAX_PROBE) if losing else _FIRST_PROBE
+        elif state.on and losing:
+            state.on, state.held = False, 0
+
+    def _state(self, key: str) -> GuardState:
+        state = self.states.pop(key, None) or GuardState()
+        self.states[key] = state  # most recently used last
+        while len(self.states) > _MAX_GUARD_KEYS:
+            del self.states[next(iter(self.states))]
+        return state
+
+
+# -- auto, put together ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choice:
+    length: int  # tokens to draft
+    held_back: bool  # the policy wanted to draft, the guard said no
+
+
+@dataclass
+class AutoPolicy:
+    """auto's decisions and what it learns from each pass: acceptance per kind of evidence,
+    today's pass costs and the guard. The engine and the offline replay drive the same object."""
+
+    acceptance: AcceptanceModel
+    cost: OnlineCost
+    guard: SpeculationGuard
+
+    def choose(self, evidence: Evidence, key: str) -> Choice:
+        """How many of the drafted tokens (with this evidence) to verify in the next pass."""
+        k = best_draft_length(self.acceptance.probabilities(evidence), self.cost.curve)
+        if k and not self.guard.allows(key):
+            self.guard.held_back(key)
+            return Choice(0, True)
+        return Choice(k, False)
+
+    def learn(self, drafted: Evidence | None, n_accepted: int, offered: Evidence | None) -> None:
+        """After a pass: `drafted` was verified and its first n_accepted tokens accepted;
+        `offered` was drafted by the lookup core but cut off by the policy."""
+        if drafted is not None and len(drafted):
+            self.acceptance.observe(drafted, len(drafted), n_accepted)
+        if offered is not None and len(offered):
+            self.acceptance.decline(offered)
+
+    def record_pass(self, key: str, positions: int | None, ms: float, tokens: int, speculative: bool) -> None:
+        """A pass took `ms`, loop work included. positions: its size when every position had
+        logits (as the cost curve counts them), else None. Speculative passes feed the guard."""
+        if positions is not None:
+            self.cost.observe(positions, ms)
+        if speculative:
+            self.guard.record(key, ms, tokens, self.cost.pass_ms(1))
