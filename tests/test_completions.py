@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
-from lookahead_lsp.completions import CompletionWorker, SuggestionCache
+from lookahead_lsp.completions import MAX_QUEUED_JOBS, PREFIX_TAIL_CHARS, CompletionWorker, SuggestionCache
 from lookahead_lsp.engine import CancelToken
 
 
@@ -95,3 +96,111 @@ def test_suggestion_cache_follows_typing() -> None:
     cache.store("a", "y = ", "", "1")
     cache.store("a", "z = ", "", "2")
     assert cache.lookup("a", "x = comp", ")\n") is None  # evicted (LRU of 2)
+
+
+def test_suggestion_cache_of_a_huge_document_stays_small() -> None:
+    # 60 completions while typing in a 4 MB document: each entry keeps a bounded tail and a
+    # digest of the text before the cursor, not the text.
+    cache = SuggestionCache()
+    document = "value = compute(1, 2)\n" * (4_000_000 // 22)
+    uri = "file:///big.py"
+    for i in range(60):
+        at = len(document) - 60 + i
+        cache.store(uri, document[:at], document[at:], f"suggestion_{i}(x)")
+    bound = cache.size * (PREFIX_TAIL_CHARS + 200 + len(uri) + 64)
+    assert 0 < cache.retained_chars() <= bound < len(document) // 10
+    # Typing the start of the last suggestion is still answered from the cache.
+    at = len(document) - 1
+    assert cache.lookup(uri, document[:at] + "sugg", document[at:]) == "estion_59(x)"
+    # The same tail after another beginning is another text: no answer.
+    changed = "other = 0\n" + document[10:at]
+    assert len(changed) == at and changed[-PREFIX_TAIL_CHARS:] == document[:at][-PREFIX_TAIL_CHARS:]
+    assert cache.lookup(uri, changed + "sugg", document[at:]) is None
+
+
+def test_closing_a_document_drops_its_suggestions() -> None:
+    cache = SuggestionCache()
+    cache.store("a", "x = ", "", "compute()")
+    cache.store("b", "x = ", "", "compute()")
+    cache.drop("a")
+    assert cache.lookup("a", "x = c", "") is None
+    assert cache.lookup("b", "x = c", "") == "ompute()"
+    cache.drop("b")
+    assert cache.retained_chars() == 0
+
+
+def test_suggestion_cache_is_safe_across_threads() -> None:
+    # The worker stores while the server's loop looks up; neither may see a dict that changed
+    # size under its iteration.
+    cache = SuggestionCache(size=8)
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def store() -> None:
+        i = 0
+        while not stop.is_set():
+            cache.store(f"doc{i % 16}", f"x{i} = ", "", "value")
+            i += 1
+
+    writer = threading.Thread(target=store)
+    writer.start()
+    try:
+        for _ in range(20_000):
+            try:
+                cache.lookup("doc3", "x3 = v", "")
+            except RuntimeError as error:
+                failures.append(error)
+                break
+    finally:
+        stop.set()
+        writer.join()
+    assert not failures
+
+
+def _blocking(started: threading.Event, release: threading.Event) -> Callable[[CancelToken], str]:
+    def run(cancel: CancelToken) -> str:
+        started.set()
+        return "done" if release.wait(10) else "timeout"
+
+    return run
+
+
+def test_the_queue_holds_at_most_its_cap() -> None:
+    started, release = threading.Event(), threading.Event()
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        blocker = worker.submit("blocker", _blocking(started, release))
+        assert started.wait(5)
+        futures = []
+        most = 0
+        for i in range(1000):
+            futures.append(worker.submit(f"doc{i % 40}", lambda cancel, i=i: f"job {i}"))
+            most = max(most, worker.queued)
+        assert most == MAX_QUEUED_JOBS
+        # The oldest waiting jobs were dropped (answered None at once), the newest wait.
+        assert all(f.done() and f.result() is None for f in futures[: -MAX_QUEUED_JOBS])
+        release.set()
+        assert blocker.result(timeout=5) == "done"
+        assert [f.result(timeout=5) for f in futures[-MAX_QUEUED_JOBS:]] == [
+            f"job {i}" for i in range(1000 - MAX_QUEUED_JOBS, 1000)
+        ]
+    finally:
+        release.set()
+        worker.stop()
+
+
+def test_an_essential_job_is_never_dropped_for_room() -> None:
+    started, release = threading.Event(), threading.Event()
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0, max_queued=2)
+    try:
+        worker.submit("blocker", _blocking(started, release))
+        assert started.wait(5)
+        essential = worker.submit("\0free", lambda cancel: "freed", essential=True)
+        later = [worker.submit(f"doc{i}", lambda cancel, i=i: f"job {i}") for i in range(5)]
+        assert worker.queued == 2
+        release.set()
+        assert essential.result(timeout=5) == "freed"
+        assert [f.result(timeout=5) for f in later] == [None, None, None, None, "job 4"]
+    finally:
+        release.set()
+        worker.stop()

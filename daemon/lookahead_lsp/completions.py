@@ -1,9 +1,11 @@
 """Scheduling completion requests onto the one model: a single worker thread, a short debounce,
-newer requests for a document superseding older ones, and an LRU of recent suggestions so that
-typing the beginning of a suggestion is answered without the model."""
+newer requests for a document superseding older ones, a cap on waiting requests, and an LRU of
+recent suggestions so that typing the beginning of a suggestion is answered without the model.
+Both hold a bounded amount of memory whatever the documents' sizes and number."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import OrderedDict
@@ -18,6 +20,12 @@ T = TypeVar("T")
 
 # How much of the text after the cursor must match for a cached suggestion to apply.
 _SUFFIX_KEY_CHARS = 200
+# A suggestion keeps this much of the text before the cursor (compared first, cheaply) and a
+# digest of all of it: an entry costs a few KiB whatever the document's size.
+PREFIX_TAIL_CHARS = 4096
+# Jobs waiting for the model. Each holds its document's text, and an editor waits on a handful of
+# documents at most (one request each: newer ones supersede); beyond this the oldest is dropped.
+MAX_QUEUED_JOBS = 8
 
 
 @dataclass
@@ -27,15 +35,18 @@ class _Job(Generic[T]):
     cancel: CancelToken
     future: Future[T | None]
     not_before: float
+    essential: bool
 
 
 class CompletionWorker(Generic[T]):
     """Runs jobs one at a time on its own thread. A job waits `debounce_s` before it starts; a
     newer job with the same key supersedes the older one, which resolves to None (cancelled
-    while running: its CancelToken is set and its own result, if any, is dropped)."""
+    while running: its CancelToken is set and its own result, if any, is dropped). At most
+    `max_queued` jobs wait: a new one beyond that drops the oldest waiting one (to None)."""
 
-    def __init__(self, debounce_s: float = 0.03) -> None:
+    def __init__(self, debounce_s: float = 0.03, max_queued: int = MAX_QUEUED_JOBS) -> None:
         self.debounce_s = debounce_s
+        self.max_queued = max_queued
         self._lock = threading.Condition()
         self._queue: list[_Job[T]] = []
         self._running: _Job[T] | None = None
@@ -44,19 +55,28 @@ class CompletionWorker(Generic[T]):
         self._thread = threading.Thread(target=self._loop, name="lookahead-model", daemon=True)
         self._thread.start()
 
-    def submit(self, key: str, run: Callable[[CancelToken], T], debounce: bool = True) -> Future[T | None]:
+    def submit(
+        self, key: str, run: Callable[[CancelToken], T], debounce: bool = True, essential: bool = False
+    ) -> Future[T | None]:
         """Queues run(cancel) under key; debounce=False (an explicit request) starts it as soon
-        as the worker is free."""
+        as the worker is free. An essential job (freeing a model) is never dropped for room."""
         delay = self.debounce_s if debounce else 0.0
-        job: _Job[T] = _Job(key, run, CancelToken(), Future(), time.monotonic() + delay)
+        job: _Job[T] = _Job(key, run, CancelToken(), Future(), time.monotonic() + delay, essential)
         with self._lock:
             if self._stopped:
                 _resolve(job.future, None)
                 return job.future
             self._drop(lambda old: old.key == key)
+            self._make_room()
             self._queue.append(job)
             self._lock.notify_all()
         return job.future
+
+    @property
+    def queued(self) -> int:
+        """Jobs waiting (the running one not counted)."""
+        with self._lock:
+            return len(self._queue)
 
     def cancel(self, key: str) -> None:
         """Drops every job with this key (the document was closed)."""
@@ -89,6 +109,15 @@ class CompletionWorker(Generic[T]):
             self.superseded += 1
         if self._running is not None and matches(self._running):
             self._running.cancel.cancel()
+            self.superseded += 1
+
+    def _make_room(self) -> None:
+        """Drops the oldest waiting jobs that may be dropped until one more fits (lock held)."""
+        droppable = [job for job in self._queue if not job.essential]
+        while droppable and len(self._queue) >= self.max_queued:
+            oldest = droppable.pop(0)
+            self._queue.remove(oldest)
+            _resolve(oldest.future, None)
             self.superseded += 1
 
     def _next(self) -> _Job[T] | None:
@@ -139,38 +168,72 @@ def _resolve(future: Future[T | None], value: T | None) -> None:
 
 @dataclass(frozen=True)
 class _Suggestion:
-    prefix: str
+    uri: str
+    prefix_chars: int  # the length of the text before the cursor it was computed for
+    prefix_tail: str  # that text's last PREFIX_TAIL_CHARS characters
+    prefix_digest: bytes  # and a digest of all of it
     suffix_key: str
     text: str
 
+    @property
+    def retained_chars(self) -> int:
+        return len(self.uri) + len(self.prefix_tail) + len(self.prefix_digest) + len(self.suffix_key) + len(self.text)
+
 
 class SuggestionCache:
-    """The last few suggestions per document. A request whose text before the cursor extends a
+    """The last few suggestions, any documents. A request whose text before the cursor extends a
     cached suggestion's by characters that begin that suggestion (the user typed them) is
-    answered with the rest of it."""
+    answered with the rest of it. Stored by the model's worker and read by the server: every
+    method takes the lock."""
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
-        self._entries: OrderedDict[tuple[str, str], _Suggestion] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int, bytes], _Suggestion] = OrderedDict()
+        self._lock = threading.Lock()
 
     def store(self, uri: str, prefix: str, suffix: str, text: str) -> None:
         if not text:
             return
-        key = (uri, prefix[-64:])
-        self._entries[key] = _Suggestion(prefix, suffix[:_SUFFIX_KEY_CHARS], text)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        entry = _Suggestion(
+            uri, len(prefix), prefix[-PREFIX_TAIL_CHARS:], _digest(prefix), suffix[:_SUFFIX_KEY_CHARS], text
+        )
+        key = (uri, entry.prefix_chars, entry.prefix_digest)
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
 
     def lookup(self, uri: str, prefix: str, suffix: str) -> str | None:
         suffix_key = suffix[:_SUFFIX_KEY_CHARS]
-        for (entry_uri, _), entry in reversed(self._entries.items()):
-            if entry_uri != uri or entry.suffix_key != suffix_key or not prefix.startswith(entry.prefix):
+        with self._lock:
+            candidates = [e for e in reversed(self._entries.values()) if e.uri == uri and e.suffix_key == suffix_key]
+        for entry in candidates:
+            if len(prefix) < entry.prefix_chars:
                 continue
-            typed = prefix[len(entry.prefix) :]
-            if len(typed) < len(entry.text) and entry.text.startswith(typed):
+            typed = prefix[entry.prefix_chars :]
+            if len(typed) >= len(entry.text) or not entry.text.startswith(typed):
+                continue
+            # The cheap check first; the digest only for a candidate that passed it.
+            if prefix.endswith(entry.prefix_tail, 0, entry.prefix_chars) and (
+                _digest(prefix[: entry.prefix_chars]) == entry.prefix_digest
+            ):
                 return entry.text[len(typed) :]
         return None
 
-    def clear(self) -> None:
-        self._entries.clear()
+    def drop(self, uri: str) -> None:
+        """Forgets the document's suggestions (it was closed)."""
+        with self._lock:
+            for key in [key for key in self._entries if key[0] == uri]:
+                del self._entries[key]
+
+    def retained_chars(self) -> int:
+        """Characters (and digest bytes) the entries hold: bounded by size entries of a few
+        KiB plus their suggestion and URI, whatever the documents' sizes."""
+        with self._lock:
+            return sum(entry.retained_chars for entry in self._entries.values())
+
+
+def _digest(text: str) -> bytes:
+    # surrogatepass: the editor's text may hold a lone surrogate, which plain UTF-8 refuses.
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

@@ -30,6 +30,10 @@ class Settings:
     gpu_layers: int = -1
     debounce_ms: int = 30
     disabled_languages: tuple[str, ...] = field(default_factory=tuple)
+    # Documents longer than this many KiB (1 KiB = 1,024 characters of editor text, or bytes of
+    # an unopened file) are not completed nor indexed from the editor: the indexer skips files
+    # above 1 MiB on disk too (files.py), and each completion copies and hashes the whole text.
+    max_document_kb: int = 1024
 
 
 def _optional_text(value: Any) -> str | None:
@@ -93,6 +97,7 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "gpuLayers": ("gpu_layers", _integer(-1, 1000)),
     "debounceMs": ("debounce_ms", _integer(0, 2000)),
     "disabledLanguages": ("disabled_languages", _strings),
+    "maxDocumentKb": ("max_document_kb", _integer(1, 65536)),
 }
 EDITOR_KEYS = tuple(_KEYS)
 
