@@ -28,9 +28,18 @@ CODE_SERVER := $(HOME)/.cache/lookahead-lsp/code-server-$(CODE_SERVER_VERSION)
 CLIENT := vscode-client
 VSIX := $(CLIENT)/lookahead-lsp.vsix
 
-.PHONY: install test test-tools test-packages sanitize demo bench clean vsix test-vscode e2e
+.PHONY: install prerequisites dist test test-tools test-packages sanitize demo bench clean vsix test-vscode e2e
 
-$(PY):
+# What the build needs and make does not install: a C++17 compiler, CMake and Python's venv
+# module (a package of its own on Debian and Ubuntu). One line each for what is missing.
+prerequisites:
+	@missing=; \
+	command -v $(CXX) >/dev/null 2>&1 || { missing=1; echo "make: no C++ compiler ($(CXX)): apt-get install g++ (Debian/Ubuntu) or xcode-select --install (macOS)" >&2; }; \
+	command -v cmake >/dev/null 2>&1 || { missing=1; echo "make: no cmake: apt-get install cmake (Debian/Ubuntu) or brew install cmake (macOS)" >&2; }; \
+	$(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || { missing=1; echo "make: $(PYTHON) cannot create a virtual environment: apt-get install python3-venv (Debian/Ubuntu) or brew install python (macOS)" >&2; }; \
+	test -z "$$missing"
+
+$(PY): | prerequisites
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
@@ -47,9 +56,17 @@ $(LLAMA_STAMP): $(LLAMA_WHEELS)/.built
 	$(PIP) install --quiet --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
 	touch $@
 
-install: $(PY) $(LLAMA_STAMP)
+install: prerequisites $(PY) $(LLAMA_STAMP)
 	$(PIP) install --quiet scikit-build-core 'pybind11>=3,<4'
 	$(PIP) install --quiet --no-build-isolation '.[test]'
+
+# The sdist and a wheel built from it (which proves the sdist complete) in dist/, for
+# `pip install` or `pipx install`. The wheel's native core is built for this machine's Python,
+# operating system and CPU family.
+dist: install
+	$(PIP) install --quiet 'build>=1'
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
 
 # Tools of the editor tests, installed when missing: Neovim (the "other editor" of the LSP
 # tests), Chromium (drives VS Code in the end-to-end test) and what code-server's native modules
