@@ -22,12 +22,12 @@ constexpr size_t k_read_chunk = size_t{1} << 30;
 
 [[nodiscard]] FileIdentity identity_of(const struct stat& st) {
 #ifdef __APPLE__
-    const struct timespec &mtime = st.st_mtimespec, &ctime = st.st_ctimespec;
+    const struct timespec &modified = st.st_mtimespec, &changed = st.st_ctimespec;
 #else
-    const struct timespec &mtime = st.st_mtim, &ctime = st.st_ctim;
+    const struct timespec &modified = st.st_mtim, &changed = st.st_ctim;
 #endif
     return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-            nanoseconds(mtime), nanoseconds(ctime)};
+            nanoseconds(modified), nanoseconds(changed)};
 }
 
 [[nodiscard]] std::string not_regular(mode_t mode) {
