@@ -28,7 +28,14 @@ pytest.importorskip("distributed")
 
 from distributed import Client  # noqa: E402
 
-from lookahead_lsp.cluster_build import SourceFile, make_shards  # noqa: E402
+from lookahead_lsp.cluster_build import (  # noqa: E402
+    Shard,
+    SourceFile,
+    WorkerSetupError,
+    count_shard,
+    make_shards,
+)
+from lookahead_lsp.tokenizer import Tokenizer  # noqa: E402
 
 N_VOCAB = 50
 
@@ -327,3 +334,18 @@ def test_shards_hold_every_file_once_with_similar_sizes() -> None:
     assert all(s.roots == ("/r0", "/r1") for s in shards)
     assert make_shards(files, [Path("/r0"), Path("/r1")], 8) == shards
     assert len(make_shards(files[:3], [Path("/r0"), Path("/r1")], 8)) == 3
+
+
+def test_a_worker_without_the_repository_or_the_model_refuses_its_shard(
+    model_path: Path, tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    # What a worker on a machine that does not share the client's files would meet.
+    fingerprint = tokenizer.fingerprint
+    absent_root = Shard(0, (str(tmp_path / "absent"),), (), 0)
+    with pytest.raises(WorkerSetupError, match="cannot see the repository .*absent"):
+        count_shard(absent_root, str(model_path), fingerprint, None)
+    present = Shard(0, (str(tmp_path),), (), 0)
+    with pytest.raises(WorkerSetupError, match="no model at .*absent.gguf"):
+        count_shard(present, str(tmp_path / "absent.gguf"), fingerprint, None)
+    with pytest.raises(WorkerSetupError, match="another vocabulary"):
+        count_shard(present, str(model_path), fingerprint ^ 1, None)

@@ -138,16 +138,17 @@ def shard_count(total_bytes: int, n_files: int, shard_bytes: int, n_threads: int
     return max(1, min(n_files, max(math.ceil(total_bytes / shard_bytes), 4 * n_threads)))
 
 
-def count_shard(shard: Shard, model_path: str, fingerprint: int, build: str) -> Counts:
+def count_shard(shard: Shard, model_path: str, fingerprint: int, build: str | None) -> Counts:
     """Runs on a worker: the 2-grams of shard's files, each file one document. Memory is bounded
-    by the shard: its tokens one file at a time and its distinct 2-grams."""
+    by the shard: its tokens one file at a time and its distinct 2-grams. With a build id, the
+    shard's progress is reported under it."""
     for root in shard.roots:
         if not Path(root).is_dir():
             raise WorkerSetupError(f"a worker cannot see the repository {root}: workers need the "
                                    "repositories at the same paths as the client")  # fmt: skip
     tokenizer = _tokenizer_of_this_thread(model_path, fingerprint)
     builder = StaticCacheBuilder(tokenizer.n_vocab)
-    report = _Reporter(build, shard.index)
+    report = _Reporter(build, shard.index) if build is not None else None
     result = Counts(np.empty(0, np.uint64), np.empty(0, np.uint32))
     paths = [Path(p) for p in shard.paths]
     for _path, tokens, n_bytes in tokenize_files(Path(model_path), paths, 1, tokenizer):
@@ -155,8 +156,10 @@ def count_shard(shard: Shard, model_path: str, fingerprint: int, build: str) -> 
             builder.add(tokens)
             result.files_indexed += 1
             result.bytes_read += n_bytes
-        report.file_done(n_bytes, builder.n_tokens)
-    report.send()
+        if report is not None:
+            report.file_done(n_bytes, builder.n_tokens)
+    if report is not None:
+        report.send()
     result.words, result.counts = builder.take_entries()
     result.tokens = builder.n_tokens
     return result
@@ -325,7 +328,6 @@ def _count(
     repositories: list[tuple[Path, list[Path]]],
     shard_bytes: int,
 ) -> tuple[Counts, ClusterStats]:
-    started = time.monotonic()
     try:
         client.wait_for_workers(1, timeout=_CONNECT_SECONDS)
     except TimeoutError as error:
@@ -346,12 +348,13 @@ def _count(
     if progress is not None:
         client.subscribe_topic(_TOPIC, progress.on_event)
     try:
-        merged = _count_and_merge(client, shards, model_path, tokenizer, build, stats)
+        merged = _count_and_merge(
+            client, shards, model_path, tokenizer, build, progress is not None, stats
+        )
     finally:
         if progress is not None:
             client.unsubscribe_topic(_TOPIC)
             progress.clear()
-    stats.merge_seconds = time.monotonic() - started - stats.count_seconds
     return merged, stats
 
 
@@ -361,12 +364,14 @@ def _count_and_merge(
     model_path: Path,
     tokenizer: Tokenizer,
     build: str,
+    reporting: bool,
     stats: ClusterStats,
 ) -> Counts:
     started = time.monotonic()
+    report_as = build if reporting else None
     # Keys unique to this build: two builds on one cluster never share a result.
     counting = [
-        client.submit(count_shard, shard, str(model_path), tokenizer.fingerprint, build,
+        client.submit(count_shard, shard, str(model_path), tokenizer.fingerprint, report_as,
                       key=f"lookahead-count-{build}-{shard.index}", pure=False)
         for shard in shards
     ]  # fmt: skip
@@ -392,6 +397,7 @@ def _count_and_merge(
             live -= len(group) - 1
     assert len(ready) == 1 and live == 1, "every partial result is merged into one"
     final: Counts = ready[0].result()
+    stats.merge_seconds = time.monotonic() - started - stats.count_seconds
     return final
 
 
