@@ -7,8 +7,9 @@ The corpus is a folder of source (default: the Python standard library, .py file
 large one, the C of linux-source). Each slice is the first files of the folder, in path order,
 up to that many MB, copied into a work folder. For each slice and each N of --workers it runs
 `build-cache --jobs N` (one machine, N tokenizer processes) and `build-cache --dask local:N` (a
-LocalCluster of N worker processes), and reports wall time, tokens per second per worker, the
-merge time after the last shard, and the peak resident memory of the client and of the largest
+LocalCluster of N worker processes), and reports wall time, tokens per second per worker, CPU time
+of all its processes (tokens per CPU second: what a dedicated core would do), the merge time
+after the last shard, and the peak resident memory of the client and of the largest
 worker process (sampled from /proc while the build runs; Linux only). The check: every variant
 writes the same bytes as `--jobs 1`.
 """
@@ -47,6 +48,7 @@ class Run:
     tokens: int
     tokenize_seconds: float
     merge_seconds: float | None
+    cpu_seconds: float  # of the command and every process it started
     client_peak_mb: float
     worker_peak_mb: float
     file_mb: float
@@ -55,6 +57,11 @@ class Run:
     @property
     def tokens_per_second_per_worker(self) -> float:
         return self.tokens / max(self.tokenize_seconds, 1e-9) / self.workers
+
+    @property
+    def tokens_per_cpu_second(self) -> float:
+        """What one dedicated core would do: unlike wall time, not skewed by a busy machine."""
+        return self.tokens / max(self.cpu_seconds, 1e-9)
 
 
 def make_slice(corpus: Path, suffixes: set[str], megabytes: float, work: Path) -> Path:
@@ -134,11 +141,18 @@ def build(folder: Path, output: Path, variant: str, workers: int, slice_mb: floa
     extra = ["--jobs", str(workers)] if variant == "one machine" else ["--dask", f"local:{workers}"]
     command = [sys.executable, "-m", "lookahead_lsp", "build-cache", str(folder), "-o", str(output), *extra]
     started = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    memory = PeakMemory(process.pid)
-    stdout, stderr = process.communicate()
-    seconds = time.monotonic() - started
-    client_mb, worker_mb = memory.stop()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        memory = PeakMemory(process.pid)
+        # wait4's usage covers the command and the descendants it waited for: all of them, as
+        # both builds stop their workers before they exit.
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.monotonic() - started
+        client_mb, worker_mb = memory.stop()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{stderr}")
     # build-cache's summary: each name left-aligned in 14 columns, a space, the value.
@@ -152,6 +166,7 @@ def build(folder: Path, output: Path, variant: str, workers: int, slice_mb: floa
         tokens=int(summary["tokens"]),
         tokenize_seconds=float(summary["tokenizing"].split()[0]),
         merge_seconds=float(merge.group(1)) if merge else None,
+        cpu_seconds=usage.ru_utime + usage.ru_stime,
         client_peak_mb=client_mb,
         worker_peak_mb=worker_mb,
         file_mb=output.stat().st_size / _MB,
@@ -197,6 +212,7 @@ def _print(run: Run) -> None:
     print(
         f"{run.slice_mb:5g} MB  {run.variant:<11} x{run.workers}  {run.seconds:7.1f} s"
         f"  {run.tokens:>10,} tokens  {run.tokens_per_second_per_worker:>8,.0f} tokens/s/worker"
+        f"  {run.cpu_seconds:6.1f} CPU s ({run.tokens_per_cpu_second:>7,.0f} tokens/CPU s)"
         f"  merge {merge}  client {run.client_peak_mb:6.0f} MB  worker {run.worker_peak_mb:6.0f} MB"
         f"  file {run.file_mb:6.1f} MB",
         flush=True,
