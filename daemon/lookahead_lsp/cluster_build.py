@@ -1,6 +1,6 @@
 """build-cache on a Dask cluster: the listed files are cut into shards of similar size, each
 shard's 2-grams are counted on a worker into sorted (word, count) arrays, and those are merged
-pairwise-or-more on the workers until one remains, which the client writes.
+a few at a time on the workers until one remains, which the client writes.
 
 Why the file is byte-identical to the one-machine build: a static cache is a function of the
 map from each (t0, t1, follower) triple to its count, saturated at 2**32 - 1 (plus the vocabulary
@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import stat
 import sys
 import threading
 import time
@@ -178,21 +179,27 @@ def merge_counts(n_vocab: int, *parts: Counts) -> Counts:
     return merged
 
 
-# Each worker thread keeps the vocabulary it loaded (1-2 s) for its next shards; a Tokenizer is
-# not thread-safe, so one per thread.
+# Each worker thread keeps the vocabulary it loaded (1-2 s) for its next shards, and loads it
+# again when the file at that path changes; a Tokenizer is not thread-safe, so one per thread.
 _thread_state = threading.local()
 
 
 def _tokenizer_of_this_thread(model_path: str, fingerprint: int) -> Tokenizer:
+    try:
+        status = Path(model_path).stat()
+    except OSError:
+        status = None
+    if status is None or not stat.S_ISREG(status.st_mode):
+        raise WorkerSetupError(f"a worker has no model at {model_path}: workers need the "
+                               "model at the same path as the client")  # fmt: skip
+    identity = (model_path, status.st_size, status.st_mtime_ns)
     held: Tokenizer | None = getattr(_thread_state, "tokenizer", None)
-    if held is None or str(held.model_path) != model_path:
+    if held is None or getattr(_thread_state, "identity", None) != identity:
         if held is not None:
             held.close()
-        if not Path(model_path).is_file():
-            raise WorkerSetupError(f"a worker has no model at {model_path}: workers need the "
-                                   "model at the same path as the client")  # fmt: skip
+            _thread_state.tokenizer = None
         held = Tokenizer(model_path)
-        _thread_state.tokenizer = held
+        _thread_state.tokenizer, _thread_state.identity = held, identity
     # Checked for every shard: the file at that path may differ from one worker to the next.
     if held.fingerprint != fingerprint:
         raise WorkerSetupError(f"a worker's {model_path} has another vocabulary than the client's")
