@@ -272,7 +272,7 @@ async def test_bad_requests_leave_the_server_answering(client: LanguageClient, w
     # A document never opened and not on disk, a position far past the end, a character in
     # the middle of nowhere: answered, not crashed.
     missing = await _inline(client, (workspace / "nope.py").as_uri(), 0, 0)
-    assert missing is None
+    assert missing is not None and not missing.items
     uri = _open(client, workspace / ORDERS)
     past = await _inline(client, uri, 10_000, 5)
     assert past is not None
@@ -288,6 +288,40 @@ async def test_bad_requests_leave_the_server_answering(client: LanguageClient, w
     assert status["index"]["files"] == 2
     result = await _inline(client, uri, 17, 8)
     assert result is not None and len(result.items) == 1
+
+
+SECRET = "API_TOKEN = 'zebra-quasar-4471'"
+
+
+@pytest.mark.asyncio
+async def test_unopened_documents_are_read_only_inside_the_workspace(
+    client: LanguageClient, workspace: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.py"
+    secret.write_text(SECRET + "\n")
+    await _start(client, workspace)
+    await _ready(client)
+    link = workspace / "shop" / "link.py"
+    link.symlink_to(secret)
+    pipe = workspace / "shop" / "pipe.py"
+    os.mkfifo(pipe)  # opened for reading, it would wait for a writer
+    # A file of the folder the editor did not open is read and completed.
+    inside = await _inline(client, (workspace / ORDERS).as_uri(), 17, 8)
+    assert inside is not None and len(inside.items) == 1
+    # Anything else answers an empty list, the same whether the file exists or not.
+    names = ["file:///etc/passwd", secret.as_uri(), (outside / "missing.py").as_uri(), link.as_uri(), pipe.as_uri()]
+    refused = [await _inline(client, uri, 0, len(SECRET)) for uri in names]
+    assert [len(reply.items) if reply is not None else None for reply in refused] == [0] * len(names)
+    listed = await client.text_document_completion_async(
+        types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=secret.as_uri()),
+                               position=types.Position(line=0, character=len(SECRET)))
+    )  # fmt: skip
+    assert listed is not None and len(listed.items) == 0
+    assert (await _status(client))["model_state"] == "ready"  # answering after the FIFO
+    seen = repr([inside, *refused, listed]) + repr(client.log_messages) + repr(client.messages)
+    assert "zebra-quasar" not in seen
 
 
 @pytest.mark.asyncio

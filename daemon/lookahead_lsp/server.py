@@ -210,10 +210,10 @@ def build_server(cache_dir: Path | None = None) -> LookaheadServer:
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
         ls: LookaheadServer, params: types.InlineCompletionParams
-    ) -> types.InlineCompletionList | None:
-        document = _document(ls, params.text_document.uri)
+    ) -> types.InlineCompletionList:
+        document = await _document(ls, params.text_document.uri)
         if document is None:
-            return None
+            return types.InlineCompletionList(items=[])
         text = document.source
         offset = cursor_offset(document, params.position)
         selected = params.context.selected_completion_info
@@ -242,10 +242,10 @@ def build_server(cache_dir: Path | None = None) -> LookaheadServer:
         return types.InlineCompletionList(items=[item])
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION)
-    async def completion(ls: LookaheadServer, params: types.CompletionParams) -> types.CompletionList | None:
-        document = _document(ls, params.text_document.uri)
+    async def completion(ls: LookaheadServer, params: types.CompletionParams) -> types.CompletionList:
+        document = await _document(ls, params.text_document.uri)
         if document is None:
-            return None
+            return types.CompletionList(is_incomplete=False, items=[])
         text = document.source
         offset = cursor_offset(document, params.position)
         answer = await _answer(ls, params.text_document.uri, document, text, offset, invoked=True)
@@ -279,18 +279,15 @@ def build_server(cache_dir: Path | None = None) -> LookaheadServer:
     return server
 
 
-def _document(ls: LookaheadServer, uri: str) -> TextDocument | None:
-    """The open document, else the file on disk; None for anything else."""
+async def _document(ls: LookaheadServer, uri: str) -> TextDocument | None:
+    """The open document, else a file of a workspace folder the daemon may read (read on a
+    thread); None for anything else, which the handlers answer with an empty list whether or
+    not such a file exists."""
     document: TextDocument | None = ls.workspace.text_documents.get(uri)
     if document is not None:
         return document
-    path = uri_to_path(uri)
-    if path is None or not path.is_file():
-        return None
-    try:
-        return TextDocument(uri, source=path.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return None
+    text = await asyncio.to_thread(ls.service.read_unopened, uri_to_path(uri))
+    return None if text is None else TextDocument(uri, source=text)
 
 
 async def _answer(

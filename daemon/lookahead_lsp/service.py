@@ -6,6 +6,8 @@ messages into calls of this class and its answers back."""
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,6 +34,7 @@ from lookahead_lsp.errors import UserError
 from lookahead_lsp.models import resolve_model_path
 from lookahead_lsp.settings import Settings, apply_update
 from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.unopened import read_unopened
 from lookahead_lsp.workspace.index import IndexProgress, IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.store import store_path_for
 from lookahead_lsp.workspace.watcher import WorkspaceWatcher
@@ -76,6 +79,11 @@ class Folder:
     watcher: WorkspaceWatcher | None = None
     static: StaticCache | None = None  # set once opened and verified
     static_path: Path | None = None
+    # The static cache is (re)opened, off the event loop, before indexing or the next completion
+    # needs it: at first, after a settings change, when its file changed on disk.
+    static_stale: bool = True
+    static_stamp: tuple[int, int, int, int] | None = None  # its file when last opened or tried
+    static_lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     # Set once the first indexing has ended (its watcher running) or failed.
@@ -85,8 +93,9 @@ class Folder:
 @dataclass
 class _Document:
     path: Path | None
-    text: str
+    text: str  # empty for a document above the size cap
     edited_line: int = 0
+    oversized: bool = False
 
 
 class LookaheadService:
@@ -99,6 +108,7 @@ class LookaheadService:
         self.folders: dict[Path, Folder] = {}
         self.documents: OrderedDict[str, _Document] = OrderedDict()  # most recently edited last
         self.suggestions = SuggestionCache()
+        self._oversized_reported: set[str] = set()  # URIs whose size was reported, until closed
         self.worker: CompletionWorker[Answer] = CompletionWorker(self.settings.debounce_ms / 1000)
         self._lock = threading.RLock()
         self._engine: Engine | None = None
@@ -125,9 +135,9 @@ class LookaheadService:
         model_keys = {"model_path", "context_size", "threads", "gpu_layers"}
         if self._loader is not None and update.changed & model_keys:
             self.start_model()
-        if self._loader is not None and "static_cache_path" in update.changed:
+        if "static_cache_path" in update.changed:
             for folder in list(self.folders.values()):
-                self._open_static(folder)
+                folder.static_stale = True
         if self._loader is not None and "ignore_globs" in update.changed:
             for root in list(self.folders):
                 self.remove_folder(root)
@@ -144,7 +154,7 @@ class LookaheadService:
             old, self._engine = self._engine, None
             self._engine_error = None
         if old is not None:
-            self.worker.submit("\0reload", lambda _cancel: _close(old))
+            self.worker.submit("\0reload", lambda _cancel: _close(old), essential=True)
         s = self.settings
         try:
             path = resolve_model_path(None, s.model_path)
@@ -213,8 +223,9 @@ class LookaheadService:
             folder.watcher.stop()
         if save:
             self._save(folder)
-        if folder.static is not None:
-            folder.static.close()
+        # Not closed: a completion on the worker may still draft with it; the last reference
+        # going frees it.
+        folder.static = None
 
     def rebuild_indexes(self) -> None:
         """Forgets every folder's index, saved copy included, and indexes the folders again
@@ -246,7 +257,7 @@ class LookaheadService:
                     settings=IndexSettings(ignore=self.settings.ignore_globs),
                 )
             fingerprint = self._tokenizer_fingerprint(tokenizer)
-            self._open_static(folder)
+            self._refresh_static(folder)
             folder.index.load(store_path_for(folder.root, self.cache_dir), fingerprint)
             title = f"Indexing {folder.root.name}"
             self.client.progress(token, title, "listing files", 0, False)
@@ -267,7 +278,7 @@ class LookaheadService:
                 return
             # Documents opened while the model loaded: the editor's text wins over the disk's.
             for doc in list(self.documents.values()):
-                if doc.path is not None and self.folder_of(doc.path) is folder:
+                if doc.path is not None and not doc.oversized and self.folder_of(doc.path) is folder:
                     folder.index.open_document(doc.path, doc.text)
             folder.watcher = WorkspaceWatcher(folder.index)
             folder.watcher.start()
@@ -291,17 +302,41 @@ class LookaheadService:
                 self._fingerprint = tokenizer.fingerprint
             return self._fingerprint
 
-    def _open_static(self, folder: Folder) -> None:
-        """Opens the folder's static cache (the configured path, else .lookahead/static.cache
-        in the folder) and verifies it here, on the indexing thread, before drafting uses it."""
+    def _refresh_static(self, folder: Folder) -> None:
+        """(Re)opens the folder's static cache when it is stale (at first, after a settings
+        change) or its file changed on disk (one that was missing or refused included): on the
+        indexing thread or the model's worker, never the event loop, as verify reads it all."""
+        with folder.static_lock:
+            path = self._static_path(folder)
+            if folder.static is not None:
+                changed = folder.static.changed_on_disk()
+            else:
+                changed = _file_stamp(path) != folder.static_stamp
+            if folder.static_stale or changed:
+                folder.static_stale = False
+                self._open_static(folder, path)
+
+    def _static_path(self, folder: Folder) -> Path:
+        """The configured static cache, else .lookahead/static.cache in the folder."""
         configured = self.settings.static_cache_path
-        path = Path(configured).expanduser() if configured else folder.root / STATIC_CACHE_NAME
-        old, folder.static, folder.static_path = folder.static, None, None
-        if old is not None:
-            old.close()
-        if not path.exists():
-            if configured:
+        return Path(configured).expanduser() if configured else folder.root / STATIC_CACHE_NAME
+
+    def _open_static(self, folder: Folder, path: Path) -> None:
+        """Opens and verifies the static cache before drafting uses it. The one it replaces is
+        not closed: a completion may still hold it."""
+        folder.static, folder.static_path, folder.static_stamp = None, None, None
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            if self.settings.static_cache_path:
                 self.client.show(logging.WARNING, f"lookahead-lsp: static cache not found: {path}")
+            return
+        except OSError as error:
+            self.client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path}: {error.strerror}")
+            return
+        folder.static_stamp = _stamp(info)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the open, a device never end
+            self.client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} is not a regular file")
             return
         try:
             tokenizer = self._index_tokenizer()
@@ -330,18 +365,49 @@ class LookaheadService:
     # -- documents -----------------------------------------------------------------------------
 
     def open_document(self, uri: str, path: Path | None, text: str) -> None:
-        self.documents[uri] = _Document(path, text)
-        self._update_index(path, lambda index, p: index.open_document(p, text))
+        self.change_document(uri, path, text, 0)
 
     def change_document(self, uri: str, path: Path | None, text: str, edited_line: int) -> None:
+        before = self.documents.pop(uri, None)
+        if self._too_large(uri, text):
+            self.documents[uri] = _Document(path, "", edited_line, oversized=True)
+            if before is not None and not before.oversized:
+                # Its editor text grew past the cap: the index goes back to the file on disk,
+                # whose own size rule applies.
+                self._update_index(path, lambda index, p: index.close_document(p))
+            return
         self.documents[uri] = _Document(path, text, edited_line)
-        self.documents.move_to_end(uri)
         self._update_index(path, lambda index, p: index.change_document(p, text))
 
     def close_document(self, uri: str, path: Path | None) -> None:
         self.documents.pop(uri, None)
+        self._oversized_reported.discard(uri)
         self.worker.cancel(uri)
+        self.suggestions.drop(uri)
         self._update_index(path, lambda index, p: index.close_document(p))
+
+    def _too_large(self, uri: str, text: str) -> bool:
+        """Whether the text is above maxDocumentKb; said once per document in the log."""
+        limit = self.settings.max_document_kb
+        if len(text) <= limit * 1024:
+            self._oversized_reported.discard(uri)
+            return False
+        if uri not in self._oversized_reported:
+            self._oversized_reported.add(uri)
+            self.client.log(
+                logging.INFO,
+                f"not completed nor indexed from the editor: {uri} ({len(text) // 1024} KiB, maxDocumentKb {limit})",
+            )
+        return True
+
+    def read_unopened(self, path: Path | None) -> str | None:
+        """A file the editor did not open, if it is one the daemon may read (see unopened.py).
+        It blocks: call it off the event loop."""
+        if path is None:
+            return None
+        with self._lock:
+            roots = list(self.folders)
+        return read_unopened(path, roots, self.settings.max_document_kb * 1024)
 
     def _update_index(self, path: Path | None, update: Callable[[WorkspaceIndex, Path], object]) -> None:
         """Feeds an editor event to the index of the document's folder, if that index is being
@@ -368,11 +434,11 @@ class LookaheadService:
         """The completion at `offset` of `text`: from the suggestion cache at once, else from
         the model on its worker (superseding this document's earlier request). invoked: the
         user asked explicitly (no debounce)."""
-        prefix, suffix = text[:offset], text[offset:]
         done: Future[Answer | None] = Future()
-        if language in self.settings.disabled_languages:
+        if language in self.settings.disabled_languages or self._too_large(uri, text):
             done.set_result(None)
             return done
+        prefix, suffix = text[:offset], text[offset:]
         cached = self.suggestions.lookup(uri, prefix, suffix)
         if cached is not None:
             self.counters.from_cache += 1
@@ -387,14 +453,12 @@ class LookaheadService:
             time_budget_ms=settings.time_budget_ms,
             windows=PromptWindows(settings.prefix_tokens, settings.suffix_tokens, settings.extra_context_tokens),
         )
-        folder = self.folder_of(path)
-        caches = DraftCaches(folder.index.cache, folder.static) if folder is not None else DraftCaches()
         return self.worker.submit(
-            uri, lambda cancel: self._run(uri, request, options, caches, cancel), debounce=not invoked
+            uri, lambda cancel: self._run(uri, path, request, options, cancel), debounce=not invoked
         )
 
     def _run(
-        self, uri: str, request: CompletionRequest, options: DecodeOptions, caches: DraftCaches, cancel: CancelToken
+        self, uri: str, path: Path | None, request: CompletionRequest, options: DecodeOptions, cancel: CancelToken
     ) -> Answer:
         if not self._engine_ready.wait(_MODEL_WAIT_S):
             return Answer("", "model")
@@ -402,7 +466,7 @@ class LookaheadService:
         if engine is None or cancel.cancelled:
             return Answer("", "model")
         try:
-            result = engine.complete(request, options, caches, cancel)
+            result = engine.complete(request, options, self._caches(path), cancel)
         except Exception as error:
             self.counters.failed += 1
             self.client.log(logging.ERROR, f"completion failed: {error}")
@@ -414,6 +478,14 @@ class LookaheadService:
             self.suggestions.store(uri, request.prefix, request.suffix, result.text)
             self.last = {"text": result.text, "stop_reason": result.stop_reason, **result.stats.as_dict()}
         return Answer(result.text, "model", result)
+
+    def _caches(self, path: Path | None) -> DraftCaches:
+        """The document's folder's caches (on the worker, which refreshes the static one)."""
+        folder = self.folder_of(path)
+        if folder is None:
+            return DraftCaches()
+        self._refresh_static(folder)
+        return DraftCaches(folder.index.cache, folder.static)
 
     def note_cancelled(self) -> None:
         self.counters.cancelled += 1
@@ -432,7 +504,7 @@ class LookaheadService:
         """Lines around the last edit of the most recently edited other documents."""
         chunks: list[ContextChunk] = []
         for other, doc in reversed(self.documents.items()):
-            if other == uri or len(chunks) >= _RECENT_DOCUMENTS:
+            if other == uri or doc.oversized or len(chunks) >= _RECENT_DOCUMENTS:
                 continue
             lines = doc.text.splitlines(keepends=True)
             start = max(0, doc.edited_line - _CONTEXT_LINES)
@@ -479,6 +551,17 @@ class LookaheadService:
             "last": self.last,
             "draft": self.settings.draft,
         }
+
+
+def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        return _stamp(path.stat())
+    except OSError:
+        return None
 
 
 def _close(engine: Engine) -> Answer:
