@@ -1,6 +1,7 @@
 import * as cp from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
+import * as path from 'path';
 import * as vscode from 'vscode';
 import {
   CloseAction,
@@ -9,8 +10,10 @@ import {
   LanguageClient,
   LanguageClientOptions,
   Middleware,
+  MessageType,
   RevealOutputChannelOn,
   ServerOptions,
+  ShowMessageNotification,
   State,
   WorkDoneProgress,
   WorkDoneProgressCreateRequest,
@@ -21,6 +24,8 @@ import {
   DaemonStatus,
   Located,
   LookaheadSettings,
+  Origin,
+  ProgramSearch,
   RestartBackoff,
   ServerState,
   cacheFolder,
@@ -35,9 +40,11 @@ import {
   needsRestart,
   readSettings,
   resolveBuildCacheCommand,
-  resolveServerCommand,
+  settingNamedIn,
   toInitializationOptions,
 } from './logic';
+import { DaemonChoice, MIN_PYTHON, VERIFY_DAEMON_ARGS, checkInstallSpec, chooseDaemon, lastLine, privateVenvFolder } from './install';
+import { findPython, installDaemon } from './installer';
 
 const POLL_MS = 2000;
 const STATUS_REQUEST = 'lookahead/status';
@@ -64,11 +71,20 @@ function message(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** The command line with its program as an absolute path (or why there is none). Programs in the
- * workspace's folders are not looked for on PATH until the user trusts the workspace. */
-function locate(line: ConfiguredCommand): Located {
+/** Where programs are looked for. Programs in the workspace's folders are not looked for on PATH
+ * until the user trusts the workspace. */
+function programSearch(): ProgramSearch {
   const folders = vscode.workspace.isTrusted ? [] : (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
-  return locateProgram(line, { env: process.env, home: os.homedir(), isExecutableFile, excludedFolders: folders });
+  return { env: process.env, home: os.homedir(), isExecutableFile, excludedFolders: folders };
+}
+
+/** The command line with its program as an absolute path (or why there is none). */
+function locate(line: ConfiguredCommand): Located {
+  return locateProgram(line, programSearch());
+}
+
+function openSettings(query = 'lookahead.'): void {
+  void vscode.commands.executeCommand('workbench.action.openSettings', query);
 }
 
 /** Where the server and build-cache start: never a workspace folder, where `python -m` would
@@ -96,8 +112,12 @@ class LookaheadExtension implements vscode.Disposable {
   private indexingPercent: number | undefined;
   private lastStatus: DaemonStatus | undefined;
   private restartTimer: NodeJS.Timeout | undefined;
+  /** The environment the extension installs the daemon into. */
+  private readonly privateVenv: string;
+  private installing = false;
 
-  constructor() {
+  constructor(storage: string) {
+    this.privateVenv = privateVenvFolder(storage);
     this.settings = this.loadSettings();
     this.statusItem.name = 'Lookahead';
     this.statusItem.command = 'lookahead.showStatus';
@@ -113,6 +133,7 @@ class LookaheadExtension implements vscode.Disposable {
       vscode.commands.registerCommand('lookahead.buildStaticCache', () => this.buildStaticCache()),
       vscode.commands.registerCommand('lookahead.showLog', () => this.out.show(true)),
       vscode.commands.registerCommand('lookahead.showStatus', () => this.showStatus()),
+      vscode.commands.registerCommand('lookahead.installDaemon', () => this.installDaemon()),
       vscode.workspace.onDidChangeConfiguration((e) => {
         if (e.affectsConfiguration('lookahead')) this.settingsChanged();
       }),
@@ -138,19 +159,23 @@ class LookaheadExtension implements vscode.Disposable {
     if (text !== '' && text !== this.shownProblems) {
       this.log(text);
       void vscode.window.showErrorMessage(`Lookahead: ${text}`, 'Open Settings').then((choice) => {
-        if (choice) void vscode.commands.executeCommand('workbench.action.openSettings', 'lookahead.');
+        if (choice) openSettings(settingNamedIn(text));
       });
     }
     this.shownProblems = text;
     return settings;
   }
 
+  /** The daemon that runs: configured, installed by the extension, or on PATH. */
+  private daemon(): DaemonChoice {
+    return chooseDaemon(this.settings, this.privateVenv, programSearch());
+  }
+
   // -- the language client ---------------------------------------------------------------------
 
   async startServer(): Promise<void> {
     const gen = ++this.generation;
-    const configured = resolveServerCommand(this.settings);
-    const located = locate(configured);
+    const { configured, located, missing } = this.daemon();
     this.launched = located;
     this.serverState = 'starting';
     this.lastStatus = undefined;
@@ -158,9 +183,10 @@ class LookaheadExtension implements vscode.Disposable {
     this.updateStatusBar();
 
     if (!located.ok) {
-      this.serverState = 'failed';
+      this.serverState = missing ? 'missing' : 'failed';
       this.updateStatusBar();
-      this.reportStartFailure(formatCommandLine(configured), located.error);
+      if (missing) this.offerInstall();
+      else this.reportStartFailure(formatCommandLine(configured), located.error, configured.origin);
       return;
     }
     const line = located.line;
@@ -188,6 +214,8 @@ class LookaheadExtension implements vscode.Disposable {
       middleware: this.middleware(),
     };
     const c = new LanguageClient('lookahead', 'Lookahead', serverOptions, clientOptions);
+    // Replaces the client's own handler (registered before start, it is installed after it).
+    c.onNotification(ShowMessageNotification.type, ({ type, message }) => this.showDaemonMessage(type, message));
     this.client = c;
     this.backoff.started(Date.now());
     try {
@@ -199,7 +227,7 @@ class LookaheadExtension implements vscode.Disposable {
       this.generation++;
       this.serverState = 'failed';
       this.updateStatusBar();
-      this.reportStartFailure(shown, message(e));
+      this.reportStartFailure(shown, message(e), configured.origin);
       return;
     }
     if (gen !== this.generation) return;
@@ -237,13 +265,49 @@ class LookaheadExtension implements vscode.Disposable {
     };
   }
 
-  private reportStartFailure(shown: string, reason: string): void {
+  private reportStartFailure(shown: string, reason: string, origin: Origin): void {
     const text = `Lookahead: could not start the server (${reason}). Command tried: ${shown}`;
     this.log(text);
-    this.log('Set lookahead.serverCommand or lookahead.pythonPath, then run "Lookahead: Restart Server".');
-    void vscode.window.showErrorMessage(text, 'Open Settings', 'Show Log').then((choice) => {
-      if (choice === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'lookahead.');
+    const installed = origin === 'installed';
+    this.log(
+      installed
+        ? 'Run "Lookahead: Install or Update Daemon" to install the daemon again.'
+        : 'Correct lookahead.serverCommand or lookahead.pythonPath (or clear both to use the daemon the extension installs), then run "Lookahead: Restart Server".',
+    );
+    const fix = installed ? 'Install Again' : 'Open Settings';
+    void vscode.window.showErrorMessage(text, fix, 'Show Log').then((choice) => {
+      if (choice === 'Install Again') void this.installDaemon();
+      if (choice === 'Open Settings') openSettings(settingNamedIn(reason));
       if (choice === 'Show Log') this.out.show(true);
+    });
+  }
+
+  /** A message the daemon shows the user (window/showMessage), with a button to the setting it
+   * names (e.g. lookahead.modelPath when no model could be loaded). */
+  private showDaemonMessage(type: MessageType, text: string): void {
+    const setting = settingNamedIn(text);
+    const buttons = setting ? [`Open ${setting}`] : [];
+    const show =
+      type === MessageType.Error
+        ? vscode.window.showErrorMessage
+        : type === MessageType.Warning
+          ? vscode.window.showWarningMessage
+          : vscode.window.showInformationMessage;
+    void show(text, ...buttons).then((choice) => {
+      if (choice) openSettings(setting);
+    });
+  }
+
+  /** Nothing configured, installed or on PATH: offer to install the daemon. */
+  private offerInstall(): void {
+    const text =
+      "Lookahead: no lookahead-lsp daemon found (none installed by the extension, 'lookahead-lsp' not on PATH, " +
+      'lookahead.serverCommand and lookahead.pythonPath not set). Install it into a Python environment of the ' +
+      `extension's own (pip install ${this.settings.installSpec}; the first install compiles llama.cpp, about 10 minutes)?`;
+    this.log(text);
+    void vscode.window.showWarningMessage(text, 'Install', 'Settings').then((choice) => {
+      if (choice === 'Install') void this.installDaemon();
+      if (choice === 'Settings') openSettings();
     });
   }
 
@@ -317,7 +381,7 @@ class LookaheadExtension implements vscode.Disposable {
   private settingsChanged(): void {
     this.settings = this.loadSettings();
     this.updateStatusBar();
-    if (this.launched !== undefined && needsRestart(this.launched, locate(resolveServerCommand(this.settings)))) {
+    if (this.launched !== undefined && needsRestart(this.launched, this.daemon().located)) {
       this.log('server command changed; restarting');
       void this.restartServer();
     } else if (this.client?.state === State.Running) {
@@ -331,7 +395,7 @@ class LookaheadExtension implements vscode.Disposable {
 
   private updateStatusBar(): void {
     const { text, tooltip } = formatStatusBar({
-      server: this.serverState,
+      server: this.installing ? 'installing' : this.serverState,
       enabled: this.settings.enable && !this.toggledOff,
       completing: this.inFlight > 0,
       indexingPercent: this.indexingPercent,
@@ -339,6 +403,7 @@ class LookaheadExtension implements vscode.Disposable {
     });
     this.statusItem.text = text;
     this.statusItem.tooltip = tooltip;
+    this.statusItem.command = this.serverState === 'missing' && !this.installing ? 'lookahead.installDaemon' : 'lookahead.showStatus';
   }
 
   private async pollStatus(): Promise<DaemonStatus | undefined> {
@@ -361,7 +426,7 @@ class LookaheadExtension implements vscode.Disposable {
     const status = await this.pollStatus();
     const body =
       status === undefined
-        ? `(no answer: the server is ${this.serverState}; command: ${formatCommandLine(resolveServerCommand(this.settings))})`
+        ? `(no answer: the server is ${this.serverState}; command: ${formatCommandLine(this.daemon().configured)})`
         : JSON.stringify(status, null, 2);
     this.out.info(`lookahead/status at ${new Date().toISOString()}:\n${body}`);
     this.out.show(true);
@@ -416,8 +481,13 @@ class LookaheadExtension implements vscode.Disposable {
     const folder =
       folders.length === 1 ? folders[0] : await vscode.window.showWorkspaceFolderPick({ placeHolder: 'Folder to index' });
     if (!folder) return;
-    const configured = resolveBuildCacheCommand(this.settings, folder.uri.fsPath);
+    const daemon = this.daemon();
+    const configured = resolveBuildCacheCommand(this.settings, folder.uri.fsPath, daemon.configured);
     const located = locate(configured);
+    if (daemon.missing) {
+      this.offerInstall();
+      return;
+    }
     const unusable = located.ok ? ensureCacheFolder(cacheFolder(folder.uri.fsPath)) : located.error;
     if (!located.ok || unusable !== undefined) {
       const text = `Lookahead: cannot build the static cache (${unusable}). Command: ${formatCommandLine(configured)}`;
@@ -460,12 +530,106 @@ class LookaheadExtension implements vscode.Disposable {
     );
     if (choice === 'Restart') await this.restartServer();
   }
+
+  /** "Install or Update Daemon": a fresh private environment with lookahead.installSpec, moved
+   * into place when the daemon loads from it, then the server restarted on it. */
+  private async installDaemon(): Promise<void> {
+    if (this.installing) {
+      void vscode.window.showInformationMessage('Lookahead: the daemon is being installed already.');
+      return;
+    }
+    const spec = checkInstallSpec(this.settings.installSpec, os.homedir());
+    if (!spec.ok) {
+      this.log(spec.error);
+      void vscode.window.showErrorMessage(`Lookahead: ${spec.error}.`, 'Open Settings').then((c) => c && openSettings('lookahead.installSpec'));
+      return;
+    }
+    this.installing = true;
+    this.updateStatusBar();
+    try {
+      await this.runInstall(spec.spec);
+    } finally {
+      this.installing = false;
+      this.updateStatusBar();
+    }
+  }
+
+  private async runInstall(spec: string): Promise<void> {
+    const python = await findPython(programSearch(), PROCESS_CWD);
+    if (!python.ok) {
+      const text = `Lookahead: cannot install the daemon: ${python.error}. Install Python ${MIN_PYTHON.join('.')} or newer with its venv module, or set lookahead.serverCommand.`;
+      this.log(text);
+      void vscode.window.showErrorMessage(text, 'Open Settings').then((c) => c && openSettings());
+      return;
+    }
+    this.log(`installing the daemon (${spec}) into ${this.privateVenv}, with ${python.python}`);
+    this.log("pip's log follows. The first install compiles llama.cpp (about 10 minutes); pip keeps the wheel it builds in its cache, so later installs and updates reuse it.");
+    let stoppedServer = false;
+    const result = await vscode.window.withProgress(
+      {
+        location: vscode.ProgressLocation.Notification,
+        title: 'Lookahead: installing the daemon (the first install compiles llama.cpp, about 10 minutes)',
+        cancellable: true,
+      },
+      (progress, token) => {
+        const abort = new AbortController();
+        token.onCancellationRequested(() => abort.abort());
+        return installDaemon({
+          python: python.python,
+          storage: path.dirname(this.privateVenv),
+          spec,
+          verifyArgs: VERIFY_DAEMON_ARGS,
+          cwd: PROCESS_CWD,
+          output: (text) => {
+            this.out.append(text);
+            const line = lastLine(text);
+            if (line !== '') progress.report({ message: line.slice(0, 160) });
+          },
+          stage: (text) => progress.report({ message: text }),
+          signal: abort.signal,
+          // A daemon running from the environment being replaced is stopped first (Windows
+          // cannot rename a folder a running program was started from).
+          beforeSwap: async () => {
+            if (this.launched?.ok && this.launched.line.command.startsWith(this.privateVenv)) {
+              stoppedServer = true;
+              await this.stopServer();
+            }
+          },
+        });
+      },
+    );
+    if (!result.ok) {
+      if (stoppedServer) await this.restartServer();
+      if (result.cancelled) {
+        this.log('installing the daemon: cancelled; nothing was changed');
+        return;
+      }
+      const text = `Lookahead: installing the daemon failed: ${result.error}`;
+      this.log(text);
+      void vscode.window.showErrorMessage(text, 'Show Log', 'Open Settings').then((c) => {
+        if (c === 'Show Log') this.out.show(true);
+        if (c === 'Open Settings') openSettings('lookahead.installSpec');
+      });
+      return;
+    }
+    this.log(`daemon installed: ${result.venv}`);
+    const setting = this.daemon().configured.origin;
+    if (setting === 'lookahead.serverCommand' || setting === 'lookahead.pythonPath') {
+      void vscode.window
+        .showInformationMessage(`Lookahead: daemon installed, but ${setting} is set and is what runs; clear it to use the installed one.`, 'Open Settings')
+        .then((c) => c && openSettings(setting));
+      if (stoppedServer) await this.restartServer();
+      return;
+    }
+    void vscode.window.setStatusBarMessage('Lookahead: daemon installed', 5000);
+    await this.restartServer();
+  }
 }
 
 let extension: LookaheadExtension | undefined;
 
 export function activate(context: vscode.ExtensionContext): void {
-  extension = new LookaheadExtension();
+  extension = new LookaheadExtension(context.globalStorageUri.fsPath);
   context.subscriptions.push(extension, ...extension.commands());
   extension.log(`Lookahead ${context.extension.packageJSON.version ?? ''} activated`);
   void extension.startServer(); // not awaited: activation does not wait for the model to load

@@ -11,6 +11,7 @@ export interface LookaheadSettings {
   enable: boolean;
   serverCommand: string[];
   pythonPath: string;
+  installSpec: string;
   modelPath: string;
   draft: DraftMode;
   maxTokens: number;
@@ -31,6 +32,7 @@ export const DEFAULT_SETTINGS: Readonly<LookaheadSettings> = Object.freeze({
   enable: true,
   serverCommand: [],
   pythonPath: '',
+  installSpec: 'lookahead-lsp[model]',
   modelPath: '',
   draft: 'auto',
   maxTokens: 64,
@@ -70,6 +72,7 @@ export function readSettings(get: (key: string) => unknown): LookaheadSettings {
     enable: typeof get('enable') === 'boolean' ? (get('enable') as boolean) : d.enable,
     serverCommand: strings(get('serverCommand'), d.serverCommand).filter((s) => s !== ''),
     pythonPath: text(get('pythonPath'), d.pythonPath),
+    installSpec: text(get('installSpec'), d.installSpec),
     modelPath: text(get('modelPath'), d.modelPath),
     draft: DRAFT_MODES.includes(draft as DraftMode) ? (draft as DraftMode) : d.draft,
     maxTokens: integer(get('maxTokens'), d.maxTokens),
@@ -91,7 +94,7 @@ export function readSettings(get: (key: string) => unknown): LookaheadSettings {
 // Paths in settings
 
 /** Where a program or path came from, as the user would look it up in the settings. */
-export type Origin = 'lookahead.serverCommand' | 'lookahead.pythonPath' | 'default';
+export type Origin = 'lookahead.serverCommand' | 'lookahead.pythonPath' | 'installed' | 'default';
 
 function pathApi(platform: string): path.PlatformPath {
   return platform === 'win32' ? path.win32 : path.posix;
@@ -136,13 +139,20 @@ export interface ConfiguredCommand extends CommandLine {
 }
 
 /** How the server is started: serverCommand as given; else `<pythonPath> -m lookahead_lsp serve`;
- * else `lookahead-lsp serve` from PATH. */
-export function resolveServerCommand(s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath'>): ConfiguredCommand {
+ * else, when the extension installed a daemon, `<its python> -m lookahead_lsp serve`; else
+ * `lookahead-lsp serve` from PATH. */
+export function resolveServerCommand(
+  s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath'>,
+  installedPython?: string,
+): ConfiguredCommand {
   if (s.serverCommand.length > 0) {
     return { command: s.serverCommand[0], args: s.serverCommand.slice(1), origin: 'lookahead.serverCommand' };
   }
   if (s.pythonPath !== '') {
     return { command: s.pythonPath, args: ['-m', 'lookahead_lsp', 'serve'], origin: 'lookahead.pythonPath' };
+  }
+  if (installedPython !== undefined) {
+    return { command: installedPython, args: ['-m', 'lookahead_lsp', 'serve'], origin: 'installed' };
   }
   return { command: 'lookahead-lsp', args: ['serve'], origin: 'default' };
 }
@@ -154,8 +164,8 @@ export function resolveServerCommand(s: Pick<LookaheadSettings, 'serverCommand' 
 export function resolveBuildCacheCommand(
   s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath' | 'modelPath'>,
   folder: string,
+  server: ConfiguredCommand = resolveServerCommand(s),
 ): ConfiguredCommand & { output: string } {
-  const server = resolveServerCommand(s);
   const serveAt = server.args.indexOf('serve');
   const base = serveAt >= 0 ? server.args.slice(0, serveAt) : [];
   const output = path.join(cacheFolder(folder), 'static.cache');
@@ -203,7 +213,7 @@ export function locateProgram(c: ConfiguredCommand, search: ProgramSearch): Loca
   const suffixes = windows ? ['', ...(search.env.PATHEXT ?? '.EXE;.CMD;.BAT;.COM').split(';').filter(Boolean)] : [''];
   const find = (base: string) => suffixes.map((x) => base + x).find(search.isExecutableFile);
   const found = (program: string): Located => ({ ok: true, line: { command: program, args: [...c.args] } });
-  const from = c.origin === 'default' ? '' : `${c.origin}: `;
+  const from = c.origin === 'default' ? '' : c.origin === 'installed' ? 'the daemon the extension installed: ' : `${c.origin}: `;
   const command = expandHome(c.command, search.home, platform);
   if (p.isAbsolute(command)) {
     const program = find(p.normalize(command));
@@ -224,6 +234,17 @@ export function locateProgram(c: ConfiguredCommand, search: ProgramSearch): Loca
   }
   const note = skipped > 0 ? ` (${skipped} PATH entries inside the untrusted workspace were skipped)` : '';
   return { ok: false, error: `${from}'${command}' was not found on PATH${note}` };
+}
+
+/** The `lookahead.*` setting a message names, as `lookahead.modelPath` or as the daemon's bare
+ * camelCase key (`modelPath`), so that the message can open it; undefined when it names none. */
+export function settingNamedIn(text: string): string | undefined {
+  const keys = Object.keys(DEFAULT_SETTINGS);
+  const prefixed = /\blookahead\.([A-Za-z]+)\b/.exec(text)?.[1];
+  if (prefixed !== undefined && keys.includes(prefixed)) return `lookahead.${prefixed}`;
+  // Bare names only when camelCase: `threads` or `draft` are ordinary words in a message.
+  const bare = keys.filter((k) => /[A-Z]/.test(k)).find((k) => new RegExp(`\\b${k}\\b`).test(text));
+  return bare === undefined ? undefined : `lookahead.${bare}`;
 }
 
 /** Whether a settings change needs the server process restarted: what would be run changed
@@ -391,7 +412,8 @@ export interface DaemonStatus {
   last?: LastCompletion | null;
 }
 
-export type ServerState = 'starting' | 'running' | 'stopped' | 'failed';
+/** `missing`: no daemon configured, installed or on PATH; `installing`: the extension installs one. */
+export type ServerState = 'starting' | 'running' | 'stopped' | 'failed' | 'missing' | 'installing';
 
 export interface StatusView {
   server: ServerState;
@@ -423,6 +445,12 @@ export function formatStatusBar(v: StatusView): { text: string; tooltip: string 
   if (v.server === 'failed') {
     return { text: '$(error) Lookahead', tooltip: `The lookahead-lsp server is not running (see the log). ${click}` };
   }
+  if (v.server === 'missing') {
+    return { text: '$(cloud-download) Lookahead', tooltip: 'No lookahead-lsp daemon found. Click to install one (Lookahead: Install or Update Daemon).' };
+  }
+  if (v.server === 'installing') {
+    return { text: '$(sync~spin) installing daemon', tooltip: 'Installing the lookahead-lsp daemon (its log: Lookahead: Show Log).' };
+  }
   if (v.server === 'stopped') {
     return { text: '$(debug-stop) Lookahead', tooltip: 'The lookahead-lsp server is stopped.' };
   }
@@ -446,7 +474,10 @@ export function formatStatusBar(v: StatusView): { text: string; tooltip: string 
     return { text: '$(sync~spin) indexing', tooltip: `Indexing the workspace (${s.index.files ?? 0} files so far). ${click}` };
   }
   if (s?.model_state === 'error') {
-    return { text: '$(warning) Lookahead', tooltip: `The model failed to load: ${s.model_error ?? 'unknown error'}. ${click}` };
+    return {
+      text: '$(warning) Lookahead',
+      tooltip: `The model failed to load: ${s.model_error ?? 'unknown error'}. Set lookahead.modelPath to a GGUF file or a name from \`lookahead-lsp models list\`. ${click}`,
+    };
   }
   if (s?.last && typeof s.last.tokens === 'number') {
     return {

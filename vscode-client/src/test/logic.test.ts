@@ -24,6 +24,7 @@ import {
   readSettings,
   resolveBuildCacheCommand,
   resolveServerCommand,
+  settingNamedIn,
   toInitializationOptions,
 } from '../logic';
 
@@ -58,6 +59,12 @@ describe('server command line', () => {
   it('runs the module with the configured Python when pythonPath is set', () => {
     const c = resolveServerCommand(settings({ pythonPath: '/repo/.venv/bin/python' }));
     assert.equal(formatCommandLine(c), '/repo/.venv/bin/python -m lookahead_lsp serve');
+  });
+
+  it('runs the installed daemon as `python -m` of its environment when nothing is configured', () => {
+    const c = resolveServerCommand(settings(), '/store/daemon/bin/python');
+    assert.deepEqual(c, { command: '/store/daemon/bin/python', args: ['-m', 'lookahead_lsp', 'serve'], origin: 'installed' });
+    assert.equal(resolveServerCommand(settings({ pythonPath: '/usr/bin/python3' }), '/store/daemon/bin/python').origin, 'lookahead.pythonPath');
   });
 
   it('prefers an explicit serverCommand over pythonPath', () => {
@@ -215,14 +222,15 @@ describe('package.json', () => {
   const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
   const properties: Record<string, Property> = manifest.contributes.configuration.properties;
 
-  it('lets only user or remote settings choose the program that runs', () => {
-    assert.equal(properties['lookahead.serverCommand'].scope, 'machine');
-    assert.equal(properties['lookahead.pythonPath'].scope, 'machine');
+  const programSettings = ['lookahead.serverCommand', 'lookahead.pythonPath', 'lookahead.installSpec'];
+
+  it('lets only user or remote settings choose the program that runs or is installed', () => {
+    for (const key of programSettings) assert.equal(properties[key].scope, 'machine', key);
   });
 
-  it('gives every setting a scope a workspace may set, besides those two', () => {
+  it('gives every setting a scope a workspace may set, besides those three', () => {
     for (const [key, p] of Object.entries(properties)) {
-      if (key === 'lookahead.serverCommand' || key === 'lookahead.pythonPath') continue;
+      if (programSettings.includes(key)) continue;
       assert.ok(['window', 'resource', 'machine-overridable'].includes(p.scope ?? ''), `${key}: ${p.scope}`);
     }
   });
@@ -231,7 +239,7 @@ describe('package.json', () => {
     const untrusted = manifest.capabilities.untrustedWorkspaces;
     assert.equal(untrusted.supported, 'limited');
     assert.ok(typeof untrusted.description === 'string' && untrusted.description.length > 0);
-    for (const key of ['modelPath', 'staticCachePath', 'serverCommand', 'pythonPath']) {
+    for (const key of ['modelPath', 'staticCachePath', 'serverCommand', 'pythonPath', 'installSpec']) {
       assert.ok(untrusted.restrictedConfigurations.includes(`lookahead.${key}`), key);
     }
     for (const key of untrusted.restrictedConfigurations) assert.ok(key in properties, key);
@@ -371,6 +379,28 @@ describe('status bar', () => {
   it('says when completions are off or the server is down', () => {
     assert.equal(formatStatusBar({ ...running, enabled: false }).text, '$(circle-slash) Lookahead');
     assert.equal(formatStatusBar({ ...running, server: 'failed' }).text, '$(error) Lookahead');
-    assert.match(formatStatusBar({ ...running, status: { model_state: 'error', model_error: 'no such file' } }).tooltip, /no such file/);
+    const modelError = formatStatusBar({ ...running, status: { model_state: 'error', model_error: 'no such file' } }).tooltip;
+    assert.match(modelError, /no such file/);
+    assert.match(modelError, /Set lookahead\.modelPath/);
+  });
+
+  it('offers the install when no daemon is found, and shows it running', () => {
+    assert.equal(formatStatusBar({ ...running, server: 'missing' }).text, '$(cloud-download) Lookahead');
+    assert.match(formatStatusBar({ ...running, server: 'missing' }).tooltip, /Install or Update Daemon/);
+    assert.equal(formatStatusBar({ ...running, server: 'installing' }).text, '$(sync~spin) installing daemon');
+  });
+});
+
+describe('settings named in messages', () => {
+  it('finds the setting a daemon or extension message names, to open it', () => {
+    assert.equal(settingNamedIn('no model: set the modelPath setting (lookahead.modelPath in VS Code) to a .gguf file'), 'lookahead.modelPath');
+    assert.equal(settingNamedIn("setting 'maxTokens': 0 refused (expected an integer in [1, 1024]); keeping 64"), 'lookahead.maxTokens');
+    assert.equal(settingNamedIn("lookahead.pythonPath: '/nowhere/python' is not an executable file"), 'lookahead.pythonPath');
+  });
+
+  it('names none for ordinary words or settings of other extensions', () => {
+    assert.equal(settingNamedIn('the draft used 4 threads'), undefined);
+    assert.equal(settingNamedIn('python.defaultInterpreterPath is unset'), undefined);
+    assert.equal(settingNamedIn('lookahead.nosuchSetting'), undefined);
   });
 });

@@ -1,0 +1,190 @@
+// Installs the daemon into the extension's private virtual environment: find a Python, make the
+// environment in a folder of its own, pip install, check that the daemon loads, then move it into
+// place. Processes only, no `vscode` import: the extension adds the notification and the log.
+
+import * as cp from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+import { CommandLine, ProgramSearch, formatCommandLine, locateProgram } from './logic';
+import {
+  MIN_PYTHON,
+  PYTHON_PROBE_ARGS,
+  lastLine,
+  parsePythonProbe,
+  pipInstallCommand,
+  privateVenvFolder,
+  pythonCandidates,
+  pythonUnusable,
+  venvCommand,
+  venvLayout,
+} from './install';
+
+/** Output kept for the error message: the end of it is what failed. */
+const TAIL_CHARS = 16_384;
+/** Leftovers of an install that was killed with the editor: no install takes a day. */
+const STALE_MS = 24 * 3600 * 1000;
+
+export interface RunOptions {
+  cwd: string;
+  env?: NodeJS.ProcessEnv;
+  /** Every chunk of stdout and stderr as it comes. */
+  output?: (text: string) => void;
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+export interface RunResult {
+  /** The exit status; 127 when the program could not be started. */
+  code: number;
+  stdout: string;
+  /** The end of stdout and stderr together. */
+  tail: string;
+  cancelled: boolean;
+}
+
+/** Runs a program to its end, stdin closed. */
+export function runProcess(line: CommandLine, o: RunOptions): Promise<RunResult> {
+  return new Promise((resolve) => {
+    let stdout = '';
+    let tail = '';
+    let cancelled = false;
+    const child = cp.spawn(line.command, line.args, { cwd: o.cwd, env: o.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const kill = () => {
+      cancelled = true;
+      child.kill();
+    };
+    const timer = o.timeoutMs === undefined ? undefined : setTimeout(() => child.kill(), o.timeoutMs);
+    if (o.signal?.aborted) kill();
+    o.signal?.addEventListener('abort', kill);
+    const take = (chunk: Buffer, isStdout: boolean) => {
+      const text = chunk.toString();
+      if (isStdout && stdout.length < TAIL_CHARS) stdout += text;
+      tail = (tail + text).slice(-TAIL_CHARS);
+      o.output?.(text);
+    };
+    child.stdout.on('data', (d: Buffer) => take(d, true));
+    child.stderr.on('data', (d: Buffer) => take(d, false));
+    const finish = (code: number) => {
+      clearTimeout(timer);
+      o.signal?.removeEventListener('abort', kill);
+      resolve({ code, stdout, tail, cancelled });
+    };
+    child.on('error', (e) => {
+      tail += `${e.message}\n`;
+      finish(127);
+    });
+    child.on('close', (code, signal) => finish(code ?? (signal ? 128 : 1)));
+  });
+}
+
+export type Found = { ok: true; python: string } | { ok: false; error: string };
+
+/** The first interpreter on PATH (absolute entries only, by locateProgram's rules) that is
+ * Python 3.10 or newer and can create virtual environments. */
+export async function findPython(search: ProgramSearch, cwd: string): Promise<Found> {
+  const tried = new Set<string>();
+  const reasons: string[] = [];
+  for (const name of pythonCandidates(search.platform ?? process.platform)) {
+    const located = locateProgram({ command: name, args: [], origin: 'default' }, search);
+    if (!located.ok || tried.has(located.line.command)) continue;
+    const program = located.line.command;
+    tried.add(program);
+    const probe = await runProcess({ command: program, args: [...PYTHON_PROBE_ARGS] }, { cwd, env: search.env, timeoutMs: 30_000 });
+    const why = pythonUnusable(program, parsePythonProbe(probe.stdout));
+    if (why === undefined) return { ok: true, python: program };
+    reasons.push(why);
+  }
+  const found = reasons.length > 0 ? `: ${reasons.join('; ')}` : ' (none of python3, python on PATH)';
+  return { ok: false, error: `no Python ${MIN_PYTHON.join('.')} or newer that can create virtual environments was found${found}` };
+}
+
+export interface InstallOptions {
+  /** The interpreter the environment is made from (findPython's). */
+  python: string;
+  /** The extension's global storage folder; the environment becomes `<storage>/daemon`. */
+  storage: string;
+  /** What pip installs (checkInstallSpec's). */
+  spec: string;
+  /** Python arguments that must succeed in the new environment before it is put in place. */
+  verifyArgs: readonly string[];
+  cwd: string;
+  env?: NodeJS.ProcessEnv;
+  platform?: string;
+  output: (text: string) => void;
+  /** One line on what is being done. */
+  stage: (text: string) => void;
+  signal: AbortSignal;
+  /** Called just before the environment is replaced (where a running daemon holds its files). */
+  beforeSwap?: () => Promise<void>;
+}
+
+export type InstallResult = { ok: true; venv: string; python: string } | { ok: false; cancelled: boolean; error: string };
+
+/** Makes a fresh environment beside the current one and moves it into place once the daemon
+ * loads from it; a failed or cancelled install leaves the current one (or none) as it was. */
+export async function installDaemon(o: InstallOptions): Promise<InstallResult> {
+  const platform = o.platform ?? process.platform;
+  await fs.promises.mkdir(o.storage, { recursive: true });
+  await removeStale(o.storage);
+  const partial = await fs.promises.mkdtemp(path.join(o.storage, 'daemon.partial-'));
+  try {
+    const python = venvLayout(partial, platform).python;
+    const steps: [string, CommandLine][] = [
+      ['creating a Python environment', venvCommand(o.python, partial)],
+      [`pip install ${o.spec}`, pipInstallCommand(python, o.spec)],
+      ['checking that the daemon loads', { command: python, args: [...o.verifyArgs] }],
+    ];
+    for (const [stage, line] of steps) {
+      o.stage(stage);
+      o.output(`$ ${formatCommandLine(line)}\n`);
+      const run = await runProcess(line, { cwd: o.cwd, env: o.env, output: o.output, signal: o.signal });
+      if (run.cancelled) return { ok: false, cancelled: true, error: 'cancelled' };
+      if (run.code !== 0) {
+        return { ok: false, cancelled: false, error: `${stage} failed (status ${run.code}): ${lastLine(run.tail) || 'no output'}` };
+      }
+    }
+    o.stage('moving the environment into place');
+    await o.beforeSwap?.();
+    const venv = await swapIntoPlace(partial, privateVenvFolder(o.storage, platform));
+    return { ok: true, venv, python: venvLayout(venv, platform).python };
+  } catch (e) {
+    return { ok: false, cancelled: false, error: e instanceof Error ? e.message : String(e) };
+  } finally {
+    await fs.promises.rm(partial, { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+/** Renames `ready` to `target`, the environment there before (if any) moved aside and removed.
+ * The environment runs by `python -m`, which, unlike the scripts pip wrote, does not name the
+ * folder it was made in. */
+async function swapIntoPlace(ready: string, target: string): Promise<string> {
+  const old = `${target}.old-${path.basename(ready).split('-').at(-1)}`;
+  let movedAside = false;
+  try {
+    await fs.promises.rename(target, old);
+    movedAside = true;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+  try {
+    await fs.promises.rename(ready, target);
+  } catch (e) {
+    if (movedAside) await fs.promises.rename(old, target).catch(() => undefined);
+    throw e;
+  }
+  if (movedAside) await fs.promises.rm(old, { recursive: true, force: true }).catch(() => undefined);
+  return target;
+}
+
+/** Folders of installs that died with their editor, and old environments that could not be
+ * removed at the time (a daemon of another window still held them). */
+async function removeStale(storage: string): Promise<void> {
+  for (const name of await fs.promises.readdir(storage)) {
+    if (!/^daemon\.(partial|old)-/.test(name)) continue;
+    const folder = path.join(storage, name);
+    const stat = await fs.promises.lstat(folder).catch(() => undefined);
+    if (stat && Date.now() - stat.mtimeMs > STALE_MS) {
+      await fs.promises.rm(folder, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+}

@@ -1,0 +1,277 @@
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { describe, it } from 'node:test';
+import {
+  DEFAULT_INSTALL_SPEC,
+  checkInstallSpec,
+  chooseDaemon,
+  lastLine,
+  parsePythonProbe,
+  pipInstallCommand,
+  privateVenvFolder,
+  pythonCandidates,
+  pythonUnusable,
+  venvLayout,
+} from '../install';
+import { findPython, installDaemon, runProcess } from '../installer';
+import { DEFAULT_SETTINGS, LookaheadSettings, ProgramSearch, formatCommandLine } from '../logic';
+
+const posix = process.platform !== 'win32';
+
+function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
+  return { ...DEFAULT_SETTINGS, serverCommand: [], ignoreGlobs: [], disabledLanguages: [], ...overrides };
+}
+
+/** A machine with exactly these executable files and this PATH. */
+function machine(files: string[], PATH: string, platform = 'linux'): ProgramSearch {
+  return { env: { PATH }, home: '/home/u', isExecutableFile: (f) => files.includes(f), platform };
+}
+
+describe('which daemon runs', () => {
+  const venv = '/store/daemon';
+  const installed = '/store/daemon/bin/python';
+
+  it('runs serverCommand, then pythonPath, before anything installed or on PATH', () => {
+    const everything = machine([installed, '/usr/bin/lookahead-lsp', '/opt/la', '/usr/bin/python3'], '/usr/bin');
+    const a = chooseDaemon(settings({ serverCommand: ['/opt/la', 'serve'], pythonPath: '/usr/bin/python3' }), venv, everything);
+    assert.equal(a.configured.origin, 'lookahead.serverCommand');
+    const b = chooseDaemon(settings({ pythonPath: '/usr/bin/python3' }), venv, everything);
+    assert.equal(b.located.ok && formatCommandLine(b.located.line), '/usr/bin/python3 -m lookahead_lsp serve');
+  });
+
+  it('runs the installed daemon before `lookahead-lsp` on PATH when nothing is configured', () => {
+    const c = chooseDaemon(settings(), venv, machine([installed, '/usr/bin/lookahead-lsp'], '/usr/bin'));
+    assert.equal(c.located.ok && formatCommandLine(c.located.line), '/store/daemon/bin/python -m lookahead_lsp serve');
+    assert.equal(c.missing, false);
+  });
+
+  it('runs `lookahead-lsp` from PATH when none is installed (or its Python is gone)', () => {
+    const c = chooseDaemon(settings(), venv, machine(['/usr/bin/lookahead-lsp'], '/usr/bin'));
+    assert.equal(c.located.ok && c.located.line.command, '/usr/bin/lookahead-lsp');
+    assert.equal(c.missing, false);
+  });
+
+  it('offers the install only when nothing is configured, installed or on PATH', () => {
+    const none = chooseDaemon(settings(), venv, machine(['/usr/bin/python3'], '/usr/bin'));
+    assert.equal(none.located.ok, false);
+    assert.equal(none.missing, true);
+    const broken = chooseDaemon(settings({ pythonPath: '/gone/python' }), venv, machine([installed], '/usr/bin'));
+    assert.equal(broken.located.ok, false);
+    assert.equal(broken.missing, false, 'a broken pythonPath is reported, not replaced by an install');
+  });
+
+  it('uses Scripts\\python.exe of the environment on Windows', () => {
+    const win = machine(['C:\\store\\daemon\\Scripts\\python.exe'], 'C:\\Windows', 'win32');
+    const c = chooseDaemon(settings(), 'C:\\store\\daemon', win);
+    assert.equal(c.located.ok && c.located.line.command, 'C:\\store\\daemon\\Scripts\\python.exe');
+  });
+});
+
+describe('the private environment', () => {
+  it('lives in the extension storage, bin/ on POSIX and Scripts\\ on Windows', () => {
+    assert.equal(privateVenvFolder('/home/u/.vscode-server/data/User/globalStorage/x', 'linux'), '/home/u/.vscode-server/data/User/globalStorage/x/daemon');
+    assert.deepEqual(venvLayout('/s/daemon', 'linux'), { python: '/s/daemon/bin/python', daemon: '/s/daemon/bin/lookahead-lsp' });
+    assert.deepEqual(venvLayout('/s/daemon', 'darwin'), { python: '/s/daemon/bin/python', daemon: '/s/daemon/bin/lookahead-lsp' });
+    assert.deepEqual(venvLayout('C:\\s\\daemon', 'win32'), {
+      python: 'C:\\s\\daemon\\Scripts\\python.exe',
+      daemon: 'C:\\s\\daemon\\Scripts\\lookahead-lsp.exe',
+    });
+  });
+
+  it('installs with pip of the environment, plain output, the wheel cache on', () => {
+    const c = pipInstallCommand('/s/daemon.partial-1/bin/python', 'lookahead-lsp[model]');
+    assert.equal(formatCommandLine(c), '/s/daemon.partial-1/bin/python -m pip install --disable-pip-version-check --no-input --progress-bar off lookahead-lsp[model]');
+    assert.ok(!c.args.includes('--no-cache-dir'));
+  });
+});
+
+describe('lookahead.installSpec', () => {
+  it('defaults to the daemon with its model', () => {
+    assert.equal(DEFAULT_INSTALL_SPEC, 'lookahead-lsp[model]');
+    assert.deepEqual(checkInstallSpec('  ', '/home/u', 'linux'), { ok: true, spec: 'lookahead-lsp[model]' });
+  });
+
+  it('passes requirements and URLs as they are, and expands a wheel in the home folder', () => {
+    for (const spec of ['lookahead-lsp==0.1.0', 'lookahead-lsp[model]>=0.1', 'https://example.org/lookahead_lsp-0.1.0-py3-none-any.whl']) {
+      assert.deepEqual(checkInstallSpec(spec, '/home/u', 'linux'), { ok: true, spec });
+    }
+    assert.deepEqual(checkInstallSpec('~/dist/lookahead_lsp-0.1.0-cp311-cp311-linux_x86_64.whl', '/home/u', 'linux'), {
+      ok: true,
+      spec: '/home/u/dist/lookahead_lsp-0.1.0-cp311-cp311-linux_x86_64.whl',
+    });
+  });
+
+  it('refuses pip options and relative paths', () => {
+    for (const spec of ['--index-url=https://evil.example/simple', '-e .', './dist/x.whl', 'dist/x.whl', 'x.whl']) {
+      const checked = checkInstallSpec(spec, '/home/u', 'linux');
+      assert.equal(checked.ok, false, spec);
+      assert.match(!checked.ok ? checked.error : '', /lookahead\.installSpec/);
+    }
+  });
+});
+
+describe('finding a Python', () => {
+  it('tries the system python3 first, then the newest versions', () => {
+    assert.deepEqual(pythonCandidates('linux').slice(0, 3), ['python3', 'python', 'python3.14']);
+    assert.deepEqual(pythonCandidates('win32'), ['python', 'python3']);
+  });
+
+  it('reads the probe and says why an interpreter is refused', () => {
+    assert.deepEqual(parsePythonProbe('3.12\nvenv\n'), { version: [3, 12], venv: true });
+    assert.equal(parsePythonProbe('pyenv: python3.12: command not found'), undefined);
+    assert.equal(pythonUnusable('/usr/bin/python3', { version: [3, 12], venv: true }), undefined);
+    assert.match(pythonUnusable('/usr/bin/python3', { version: [3, 9], venv: true }) ?? '', /3\.9, older than 3\.10/);
+    assert.match(pythonUnusable('/usr/bin/python3', { version: [3, 11], venv: false }) ?? '', /python3-venv/);
+    assert.match(pythonUnusable('/x/python', undefined) ?? '', /did not run/);
+  });
+
+  it('shows the last line of pip as the reason an install failed', () => {
+    assert.equal(lastLine('Collecting x\nERROR: No matching distribution found for x\n\n'), 'ERROR: No matching distribution found for x');
+    assert.equal(lastLine(''), '');
+  });
+
+  it('skips an old Python and one without venv on PATH, and takes the next', { skip: !posix && 'POSIX shell scripts' }, async () => {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'lookahead-python-'));
+    try {
+      // Stand-ins for interpreters the machine might have, answering the probe as they would.
+      const fake = (dir: string, name: string, answer: string) => {
+        fs.mkdirSync(path.join(root, dir), { recursive: true });
+        fs.writeFileSync(path.join(root, dir, name), `#!/bin/sh\nprintf '${answer}'\n`, { mode: 0o755 });
+      };
+      fake('old', 'python3', '3.9\\nvenv\\n');
+      fake('novenv', 'python', '3.12\\n');
+      fake('good', 'python3.13', '3.13\\nvenv\\n');
+      const PATH = ['relative', path.join(root, 'old'), path.join(root, 'novenv'), path.join(root, 'good')].join(':');
+      const search: ProgramSearch = { env: { PATH }, home: root, isExecutableFile: (f) => fs.existsSync(f) };
+      const found = await findPython(search, root);
+      assert.deepEqual(found, { ok: true, python: path.join(root, 'good', 'python3.13') });
+      const none = await findPython({ ...search, env: { PATH: [path.join(root, 'old'), path.join(root, 'novenv')].join(':') } }, root);
+      assert.equal(none.ok, false);
+      assert.match(!none.ok ? none.error : '', /no Python 3\.10 or newer .*old\/python3 is Python 3\.9.*novenv\/python \(Python 3\.12\) cannot create/);
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Installing for real: this machine's Python, a venv, pip with no index and a wheel made here.
+
+/** Writes a wheel holding one module that prints `VALUE` (with Python's zipfile). */
+async function makeWheel(python: string, dir: string, version: string, value: string): Promise<string> {
+  const script = `
+import base64, hashlib, sys, zipfile
+out, version, value = sys.argv[1:4]
+name = "lookahead_install_fixture"
+dist = f"{name}-{version}.dist-info"
+files = {
+    f"{name}.py": f"VALUE = {value!r}\\n",
+    f"{dist}/METADATA": f"Metadata-Version: 2.1\\nName: lookahead-install-fixture\\nVersion: {version}\\n",
+    f"{dist}/WHEEL": "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+}
+def digest(text):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+record = "".join(f"{path},{digest(text)},{len(text.encode())}\\n" for path, text in files.items()) + f"{dist}/RECORD,,\\n"
+path = f"{out}/{name}-{version}-py3-none-any.whl"
+with zipfile.ZipFile(path, "w") as wheel:
+    for file, text in {**files, f"{dist}/RECORD": record}.items():
+        wheel.writestr(file, text)
+print(path)
+`;
+  const run = await runProcess({ command: python, args: ['-c', script, dir, version, value] }, { cwd: dir });
+  assert.equal(run.code, 0, run.tail);
+  return run.stdout.trim();
+}
+
+describe('installing the daemon environment', { skip: !posix && 'POSIX paths' }, () => {
+  const verifyArgs = ['-c', 'import lookahead_install_fixture as f; print("fixture", f.VALUE)'];
+  // pip offline and without the machine's configuration: only the wheel given is installed.
+  const env: NodeJS.ProcessEnv = { ...process.env, PIP_NO_INDEX: '1', PIP_CONFIG_FILE: os.devNull };
+  delete env.PIP_FIND_LINKS;
+
+  async function setUp() {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'lookahead-install-'));
+    const search: ProgramSearch = { env: process.env, home: os.homedir(), isExecutableFile: (f) => fs.existsSync(f) && fs.statSync(f).isFile() };
+    const found = await findPython(search, root);
+    assert.ok(found.ok, !found.ok ? found.error : '');
+    const storage = path.join(root, 'storage');
+    return { root, storage, python: found.python };
+  }
+
+  function options(python: string, storage: string, spec: string, root: string) {
+    const stages: string[] = [];
+    let output = '';
+    return {
+      stages,
+      output: () => output,
+      opts: {
+        python, storage, spec, verifyArgs, cwd: root, env,
+        output: (text: string) => void (output += text),
+        stage: (text: string) => void stages.push(text),
+        signal: new AbortController().signal,
+      },
+    };
+  }
+
+  const leftovers = (storage: string) => fs.readdirSync(storage).filter((n) => n !== 'daemon');
+  const valueIn = async (python: string) =>
+    (await runProcess({ command: python, args: verifyArgs }, { cwd: os.tmpdir(), env })).stdout.trim();
+
+  it('installs into storage/daemon, then an update replaces it; a failure leaves it as it was', async () => {
+    const { root, storage, python } = await setUp();
+    try {
+      const v1 = await makeWheel(python, root, '1.0', 'one');
+      const first = options(python, storage, v1, root);
+      const installed = await installDaemon(first.opts);
+      assert.ok(installed.ok, !installed.ok ? installed.error : '');
+      assert.equal(installed.python, venvLayout(path.join(storage, 'daemon')).python);
+      assert.equal(await valueIn(installed.python), 'fixture one');
+      assert.deepEqual(first.stages, ['creating a Python environment', `pip install ${v1}`, 'checking that the daemon loads', 'moving the environment into place']);
+      assert.match(first.output(), /Successfully installed lookahead-install-fixture-1\.0/);
+      assert.deepEqual(leftovers(storage), []);
+
+      // A requirement pip cannot satisfy: the error is pip's last line, the environment stays.
+      const missing = options(python, storage, 'lookahead-install-fixture==9.9', root);
+      const failed = await installDaemon(missing.opts);
+      assert.equal(failed.ok, false);
+      assert.match(!failed.ok ? failed.error : '', /^pip install lookahead-install-fixture==9\.9 failed \(status 1\): ERROR: No matching distribution/);
+      assert.equal(await valueIn(installed.python), 'fixture one');
+      assert.deepEqual(leftovers(storage), []);
+
+      // One that installs but does not load is not put in place either.
+      const broken = await makeWheel(python, root, '2.0', 'two');
+      const unloadable = options(python, storage, broken, root);
+      const refused = await installDaemon({ ...unloadable.opts, verifyArgs: ['-c', 'import lookahead_install_fixture; raise SystemExit("does not load")'] });
+      assert.equal(refused.ok, false);
+      assert.match(!refused.ok ? refused.error : '', /^checking that the daemon loads failed \(status 1\): does not load$/);
+      assert.equal(await valueIn(installed.python), 'fixture one');
+
+      const update = await installDaemon(options(python, storage, broken, root).opts);
+      assert.ok(update.ok, !update.ok ? update.error : '');
+      assert.equal(await valueIn(update.python), 'fixture two');
+      assert.deepEqual(leftovers(storage), []);
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it('stops at once when cancelled and leaves nothing behind', async () => {
+    const { root, storage, python } = await setUp();
+    try {
+      const wheel = await makeWheel(python, root, '1.0', 'one');
+      const abort = new AbortController();
+      const run = options(python, storage, wheel, root);
+      const started = Date.now();
+      // Cancelled while `python -m venv` runs (it takes seconds: it installs pip).
+      const stage = (s: string) => void (s.startsWith('creating') && setTimeout(() => abort.abort(), 200));
+      const result = await installDaemon({ ...run.opts, signal: abort.signal, stage });
+      assert.deepEqual(result, { ok: false, cancelled: true, error: 'cancelled' });
+      assert.ok(Date.now() - started < 20_000);
+      assert.deepEqual(fs.readdirSync(storage), []);
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
