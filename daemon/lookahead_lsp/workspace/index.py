@@ -6,7 +6,8 @@ Which files count: those list_source_files finds (in a git checkout the tracked 
 untracked ones git does not ignore, elsewhere a walk honouring .gitignore), less those matching
 the user's ignore patterns. A file that appears later (a disk event, an opened document) counts
 when files.py's rules accept it and no .gitignore between the root and the file excludes it;
-open documents are judged on their editor text.
+open documents are judged on their editor text. A file whose real path leaves the folder (a
+symlink out of it) never counts, whether listed, reported by an event or opened.
 
 Threads: any method may be called from any thread, and `cache` may be read at any time (the
 NgramCache has its own reader/writer lock). The per-file bookkeeping is guarded by one lock,

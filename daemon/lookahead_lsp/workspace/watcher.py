@@ -1,6 +1,13 @@
-"""Keeps a WorkspaceIndex current with its folder: file system events (watchdog) and events
-forwarded by the editor (LSP workspace/didChangeWatchedFiles, through notify) go into one
-debounced queue, and each batch is applied to the index on the watcher's own thread.
+"""Keeps a WorkspaceIndex current with its folder: file system events and events forwarded by
+the editor (LSP workspace/didChangeWatchedFiles, through notify) go into one debounced queue,
+and each batch is applied to the index on the watcher's own thread.
+
+On Linux the file system events come from inotify watches on the folders that can hold indexed
+files only (folder_watches.py); elsewhere from watchdog's observer of the whole folder (macOS's
+FSEvents and Windows watch a tree at once, at no cost per folder). When watching cannot start or
+go on (the user's inotify watch limit is reached, the folder is deleted) the watcher polls: it
+rescans the folder every poll_s, and `status` says so and why. The editor's events still apply
+at once either way.
 
 A batch is collected for `debounce_s` from its first event and coalesced per path: a path
 deleted at any point in the window is applied as deleted (which re-reads the path and anything
@@ -9,9 +16,9 @@ the source deleted and the destination changed. The same change reported by both
 therefore costs one update when both land in one window, and in different windows the second
 finds the file's stamp or content unchanged and tokenizes nothing.
 
-When events may have been lost (watchdog reports an overflow of the kernel's queue, an event
-thread died, applying a batch failed) the watcher rescans the folder with index_folder, which
-re-tokenizes only what changed."""
+When events may have been lost (an overflow of the kernel's queue, an event thread died,
+applying a batch failed) the watcher rescans the folder with index_folder, which re-tokenizes
+only what changed."""
 
 from __future__ import annotations
 
@@ -38,11 +45,20 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
+from lookahead_lsp.workspace import inotify
+from lookahead_lsp.workspace.folder_watches import FolderWatches, describe
 from lookahead_lsp.workspace.index import IndexStats, Outcome, WorkspaceIndex
 
 # LSP's FileChangeType, by name.
 EventKind = Literal["created", "changed", "deleted"]
+Mode = Literal["watching", "polling", "stopped"]
 _Action = Literal["change", "delete"]
+
+# How often a polling watcher rescans. A rescan lists the folder and compares each listed
+# file's size and mtime, reading only what changed: cheap enough to repeat every few seconds,
+# and polling is only the fallback for the files nobody reports (the editor's events and
+# open documents still apply at once), so a change by another program may wait this long.
+POLL_INTERVAL_S = 10.0
 
 _log = logging.getLogger(__name__)
 
@@ -62,10 +78,26 @@ _EVENT_FILTER: list[type[FileSystemEvent]] = [
 @dataclass(frozen=True, kw_only=True)
 class WatcherSettings:
     """debounce_s: how long a batch collects events from its first one; health_check_s: how
-    often an idle watcher checks that watchdog's threads still run."""
+    often an idle watcher checks that its event source still works (and whether a poll is
+    due); poll_s: how often a polling watcher rescans; inotify: watch single folders with
+    inotify where the system has it (False: watchdog's observer of the whole folder, as on
+    systems without inotify)."""
 
     debounce_s: float = 0.15
     health_check_s: float = 1.0
+    poll_s: float = POLL_INTERVAL_S
+    inotify: bool = True
+
+
+@dataclass(frozen=True)
+class WatcherStatus:
+    """mode: "watching" (file system events arrive), "polling" (they cannot: the folder is
+    rescanned every poll_s; reason says why) or "stopped" (not started, or stopped). folders:
+    how many folders hold a watch; None when watchdog watches the whole folder."""
+
+    mode: Mode
+    reason: str = ""
+    folders: int | None = None
 
 
 @dataclass
@@ -113,6 +145,10 @@ class WorkspaceWatcher:
         self._rescan = False
         self._batch_started: float | None = None
         self._stopping = False
+        self._mode: Mode = "stopped"
+        self._reason = ""
+        self._last_rescan = time.monotonic()
+        self._watches: FolderWatches | None = None
         self._observer: BaseObserver | None = None
         self._thread: threading.Thread | None = None
         self._trouble = _WatchdogTrouble(self)
@@ -120,19 +156,29 @@ class WorkspaceWatcher:
     @property
     def watching(self) -> bool:
         """Whether file system events are being received (notify works regardless)."""
-        observer = self._observer
-        return observer is not None and _healthy(observer)
+        return self.status.mode == "watching"
+
+    @property
+    def status(self) -> WatcherStatus:
+        with self._condition:
+            if self._watches is not None:
+                folders: int | None = self._watches.count
+            else:
+                folders = None if self._observer is not None else 0
+            return WatcherStatus(self._mode, self._reason, folders)
 
     def start(self) -> None:
-        """Starts watching; OSError when the folder cannot be watched."""
+        """Starts watching, or polling when the folder cannot be watched (see status)."""
         with self._condition:
             if self._thread is not None or self._stopping:
                 raise RuntimeError("a watcher starts once")
-            self._observer = self._start_observer()
             self._thread = threading.Thread(
                 target=self._run, name=f"watch {self._root.name}", daemon=True
             )
-        logging.getLogger("watchdog").addHandler(self._trouble)
+        try:
+            self._start_events()
+        except OSError as error:
+            self._poll_instead(describe(error))
         self._thread.start()
 
     def stop(self) -> None:
@@ -140,11 +186,15 @@ class WorkspaceWatcher:
         rescan in progress is cancelled between files. Idempotent."""
         with self._condition:
             self._stopping = True
+            self._mode, self._reason = "stopped", ""
             self._condition.notify_all()
             observer, self._observer = self._observer, None
+            watches, self._watches = self._watches, None
         logging.getLogger("watchdog").removeHandler(self._trouble)
         if observer is not None:
             _stop_observer(observer)
+        if watches is not None:
+            watches.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
@@ -158,6 +208,36 @@ class WorkspaceWatcher:
             self._rescan = True
             self._open_batch()
 
+    # Event sources
+
+    def _start_events(self) -> None:
+        """Starts following file system events; OSError when that cannot be done."""
+        if self._settings.inotify and inotify.available():
+            watches = FolderWatches(self._index, self._on_change, self.request_rescan, self._ended)
+            watches.start()
+            with self._condition:
+                self._watches, self._mode, self._reason = watches, "watching", ""
+            return
+        observer = self._start_observer()
+        with self._condition:
+            self._observer, self._mode, self._reason = observer, "watching", ""
+        logging.getLogger("watchdog").addHandler(self._trouble)
+
+    def _poll_instead(self, reason: str) -> None:
+        _log.warning(
+            "not watching %s (%s): rescanning it every %g s", self._root, reason,
+            self._settings.poll_s,
+        )  # fmt: skip
+        with self._condition:
+            if not self._stopping:
+                self._mode, self._reason = "polling", reason
+
+    def _ended(self, reason: str) -> None:
+        """The inotify watches gave up (on their own thread): poll, after a rescan now, as
+        events may have been lost."""
+        self._poll_instead(reason)
+        self.request_rescan()
+
     # Queueing (any thread)
 
     def _on_event(self, event: FileSystemEvent) -> None:
@@ -169,6 +249,9 @@ class WorkspaceWatcher:
             self._queue(source, "delete")
         else:
             self._queue(source, "change")
+
+    def _on_change(self, path: Path, deleted: bool) -> None:
+        self._queue(path, "delete" if deleted else "change")
 
     def _queue(self, path: Path, action: _Action) -> None:
         if self._index.excludes(path):
@@ -215,6 +298,9 @@ class WorkspaceWatcher:
         try:
             if rescan:
                 report.rescan = self._index.index_folder(cancelled=self._is_stopping)
+                # Polls are timed from the end of a rescan: one that takes longer than poll_s
+                # does not make the next start at once.
+                self._last_rescan = time.monotonic()
             else:
                 self._apply_events(pending, report)
         except Exception:  # the thread must outlive any one batch; the index may be off now
@@ -244,8 +330,18 @@ class WorkspaceWatcher:
             _log.exception("the batch callback failed")
 
     def _check_health(self) -> None:
-        """Restarts watchdog when one of its threads died (events were lost: rescan)."""
-        observer = self._observer
+        """Rescans when polling and one is due; closes inotify watches that gave up; restarts
+        watchdog when one of its threads died (events were lost: rescan)."""
+        with self._condition:
+            mode, watches, observer = self._mode, self._watches, self._observer
+            if mode == "polling":
+                self._watches = None
+        if mode == "polling":
+            if watches is not None:
+                watches.stop()
+            if time.monotonic() - self._last_rescan >= self._settings.poll_s:
+                self.request_rescan()
+            return
         if observer is None or _healthy(observer):
             return
         _log.warning("file watching of %s stopped; restarting it and rescanning", self._root)
@@ -253,8 +349,8 @@ class WorkspaceWatcher:
         try:
             replacement: BaseObserver | None = self._start_observer()
         except OSError as error:
-            _log.warning("cannot watch %s any more (%s)", self._root, error)
             replacement = None
+            self._poll_instead(describe(error))
         with self._condition:
             if self._stopping:
                 if replacement is not None:
@@ -265,10 +361,15 @@ class WorkspaceWatcher:
 
     def _start_observer(self) -> BaseObserver:
         observer = Observer()
-        observer.schedule(
-            _Handler(self._on_event), str(self._root), recursive=True, event_filter=_EVENT_FILTER
-        )
-        observer.start()
+        try:
+            observer.schedule(
+                _Handler(self._on_event), str(self._root), recursive=True,
+                event_filter=_EVENT_FILTER,
+            )  # fmt: skip
+            observer.start()
+        except BaseException:
+            _stop_observer(observer)
+            raise
         return observer
 
     def _is_stopping(self) -> bool:
