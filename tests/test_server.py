@@ -244,7 +244,13 @@ async def _async(value: bool) -> bool:
 @pytest.mark.asyncio
 async def test_watcher_follows_the_disk(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace)
-    before = (await _ready(client))["index"]
+    status = await _ready(client)
+    before = status["index"]
+    # Each folder says how its changes are followed: events, or polling and why.
+    [folder] = status["folders"]
+    assert folder["root"] == str(workspace.resolve()) and folder["static_cache"] is None
+    watcher = folder["watcher"]
+    assert watcher["mode"] == "watching" or (watcher["mode"] == "polling" and watcher["reason"])
 
     async def index() -> dict[str, Any]:
         return dict((await _status(client))["index"])

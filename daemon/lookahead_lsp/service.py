@@ -37,7 +37,7 @@ from lookahead_lsp.tokenizer import Tokenizer
 from lookahead_lsp.unopened import read_unopened
 from lookahead_lsp.workspace.index import IndexProgress, IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.store import store_path_for
-from lookahead_lsp.workspace.watcher import WorkspaceWatcher
+from lookahead_lsp.workspace.watcher import WatcherStatus, WorkspaceWatcher
 
 _LOG = logging.getLogger(__name__)
 STATIC_CACHE_NAME = Path(".lookahead") / "static.cache"
@@ -540,7 +540,7 @@ class LookaheadService:
             "model_state": "loading" if loading else ("error" if error else "ready"),
             "model_error": error,
             "index": {**totals, "state": "indexing" if indexing or loading else "ready"},
-            "folders": [str(f.root) for f in folders],
+            "folders": [_folder_status(f) for f in folders],
             "static_cache": statics[0] if statics else None,
             "completions": {
                 "served": self.counters.served,
@@ -551,6 +551,17 @@ class LookaheadService:
             "last": self.last,
             "draft": self.settings.draft,
         }
+
+
+def _folder_status(folder: Folder) -> dict[str, Any]:
+    """A folder's root, static cache in use, and how its watcher learns of changes (watching
+    events, or polling and why)."""
+    watcher = folder.watcher.status if folder.watcher is not None else WatcherStatus("stopped")
+    return {
+        "root": str(folder.root),
+        "static_cache": str(folder.static_path) if folder.static is not None else None,
+        "watcher": {"mode": watcher.mode, "reason": watcher.reason},
+    }
 
 
 def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:
