@@ -182,8 +182,9 @@ class FolderWatches:
     def _watch_new(self, folder: Path) -> None:
         """A folder created or moved in: watched with those inside it, and the files already
         in them reported (they may have been written before the watch was in place)."""
-        added = [each for each in sorted(self._index.source_folders(folder)) if self._watch(each)]
-        for each in added:
+        for each in sorted(self._index.source_folders(folder)):
+            if not self._watch(each):
+                continue
             try:
                 entries = list(os.scandir(each))
             except OSError:  # vanished meanwhile: its deletion is reported
