@@ -172,6 +172,32 @@ def test_tokenize_files(tokenizer: Tokenizer, model_path: Path, tmp_path: Path, 
         np.testing.assert_array_equal(tokens, tokenizer.tokenize(path.read_bytes()))
 
 
+def test_a_file_swapped_for_a_fifo_after_listing_is_skipped_not_waited_on(
+    tokenizer: Tokenizer, model_path: Path, tmp_path: Path
+) -> None:
+    # Between the listing and the read, a hostile folder can replace a listed file by a FIFO:
+    # opening it plainly would wait forever for a writer.
+    fifo = tmp_path / "listed.py"
+    os.mkfifo(fifo)
+    real = tmp_path / "real.py"
+    real.write_text("x = 1\n")
+    results = {}
+
+    def run() -> None:
+        for path, tokens, size in tokenize_files(model_path, [fifo, real], jobs=1, tokenizer=tokenizer):
+            results[path] = (tokens, size)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():  # unblock the reader so the test run can end, then fail
+        with open(fifo, "wb"):
+            pass
+        pytest.fail("tokenize_files waited on a FIFO")
+    assert results[fifo] == (None, 0)
+    assert results[real][0] is not None
+
+
 def test_tokenize_files_stops_its_workers_when_closed(model_path: Path, tmp_path: Path) -> None:
     paths = [tmp_path / f"f{index}.py" for index in range(50)]
     for path in paths:

@@ -8,6 +8,7 @@ import hashlib
 import multiprocessing
 import os
 import signal
+import stat
 import struct
 import threading
 import time
@@ -205,11 +206,27 @@ def tokenize_file_text(
 
 
 def _read_and_tokenize(tokenizer: Tokenizer, path: Path) -> tuple[TokenArray | None, int]:
-    try:
-        data = path.read_bytes()
-    except OSError:  # vanished since listed, or unreadable
+    data = _read_listed_file(path)
+    if data is None:
         return None, 0
     return tokenize_file_text(tokenizer, data), len(data)
+
+
+def _read_listed_file(path: Path) -> bytes | None:
+    """The bytes of a file the listing accepted, or None when it is no longer a regular file
+    (swapped for a FIFO or a device since it was listed: opened without waiting, never read),
+    vanished or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with open(fd, "rb", closefd=True) as file:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return file.read()
+        except OSError:
+            return None
 
 
 # The tokenizer of a tokenize_files() worker process, loaded by the pool's initializer: a
