@@ -157,7 +157,7 @@ class LookaheadService:
             self.worker.submit("\0reload", lambda _cancel: _close(old), essential=True)
         s = self.settings
         try:
-            path = resolve_model_path(None, s.model_path)
+            path = resolve_model_path(None, s.model_path, asker="editor")
             engine = Engine(EngineSettings(path, s.context_size, s.threads, s.gpu_layers, self.cache_dir))
             _ = engine.cost_model  # measured once per machine; a few seconds the first time
             _ = engine.token_prefixes  # for token healing; built here, not in the first request
