@@ -1,5 +1,6 @@
-"""`lookahead-lsp serve` as a process: TCP on the loopback only, garbage on stdin survived,
-shutdown by a closed stdin or SIGTERM saving the workspace index, and a restart that reuses it."""
+"""`lookahead-lsp serve` as a process: TCP on the loopback only and with the token, garbage on
+stdin survived, shutdown by a closed stdin or SIGTERM saving the workspace index, and a restart
+that reuses it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.serve_command import parse_listen_address
+from lsp_peer import Peer, initialize, no_model_env, wait_for_line
 
 SAMPLE = Path(__file__).parent.parent / "examples" / "sample-project"
 
@@ -149,29 +151,19 @@ def test_sigterm_saves_and_a_restart_reuses_the_index(tmp_path: Path) -> None:
     assert len(list(cache.glob("index-*.bin"))) == 1
 
 
-def test_tcp_on_loopback(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with subprocess.Popen(_command(tmp_path, "--tcp", f"127.0.0.1:{port}"), stderr=subprocess.DEVNULL) as process:
+def test_tcp_on_loopback_with_the_token(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    token_file = tmp_path / "token"
+    command = _command(tmp_path / "cache", "--tcp", "127.0.0.1:0", "--token-file", str(token_file))
+    with log.open("wb") as log_file, subprocess.Popen(command, stderr=log_file, env=no_model_env(tmp_path)) as process:
         try:
-            connection = _connect(port)
-            with connection, connection.makefile("rwb") as stream:
-                stream.write(_frame(_initialize(tmp_path)))
-                stream.flush()
-                result = _response(stream, 1)["result"]
+            port = int(wait_for_line(log, r"listening on 127\.0\.0\.1:(\d+)", process)[1])
+            assert str(token_file) in log.read_text()  # where a client finds the token
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+                peer = Peer.over_socket(connection)
+                peer.send(initialize(1, {"token": token_file.read_text().strip()}))
+                result = peer.response(1)["result"]
                 assert result["capabilities"]["inlineCompletionProvider"] is not None
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)
-
-
-def _connect(port: int) -> socket.socket:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return socket.create_connection(("127.0.0.1", port), timeout=30)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)

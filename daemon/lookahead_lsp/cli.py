@@ -147,12 +147,29 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--json", action="store_true", help="print one JSON object: completion and stats")
     comp.set_defaults(run=_complete)
 
-    srv = commands.add_parser("serve", help="run the language server (stdio unless --tcp)")
+    srv = commands.add_parser("serve", help="run the language server (stdio unless --socket or --tcp)")
     transport = srv.add_mutually_exclusive_group()
     # Some clients (vscode-languageclient among them) add --stdio to the server's command line.
     transport.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (the default)")
     transport.add_argument(
-        "--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio (host 127.0.0.1 if omitted)"
+        "--socket",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="listen on a Unix socket (mode 0600, one client at a time) in a folder only you can "
+        "write; default lookahead-lsp.sock in $XDG_RUNTIME_DIR/lookahead-lsp (else ~/.cache/lookahead-lsp/run)",
+    )
+    transport.add_argument(
+        "--tcp",
+        metavar="HOST:PORT",
+        help="listen on TCP (host 127.0.0.1 if omitted, one client at a time); a client presents "
+        "the token of --token-file as initializationOptions.token",
+    )
+    srv.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="with --tcp: the token clients must present, created at random (mode 0600) if the "
+        "file does not exist; default tcp-token in the --socket default's folder",
     )
     srv.add_argument(
         "--allow-remote", action="store_true", help="allow --tcp on a host other than the loopback"
@@ -161,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         help="stderr's log level (default: warning over stdio, where the editor gets the log as "
-        "window/logMessage and often shows stderr beside it; info over TCP)",
+        "window/logMessage and often shows stderr beside it; info over a socket)",
     )
     srv.add_argument(
         "--cache-dir", metavar="DIR", help="where the cost model and the workspace indexes are kept (~/.cache/lookahead-lsp)"

@@ -1,4 +1,4 @@
-"""`lookahead-lsp serve`: the language server on stdio or TCP, logging to stderr."""
+"""`lookahead-lsp serve`: the language server on stdio, a Unix socket or TCP, logging to stderr."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from lookahead_lsp.errors import UserError
+from lookahead_lsp.transport import Listener, listen_tcp, listen_unix
 
 
 def parse_listen_address(value: str, allow_remote: bool) -> tuple[str, int]:
@@ -44,8 +45,8 @@ def _is_loopback(host: str) -> bool:
 
 
 def serve(args: argparse.Namespace) -> int:
-    tcp = parse_listen_address(args.tcp, args.allow_remote) if args.tcp else None
-    level = args.log_level or ("info" if tcp else "warning")
+    listener = _listener(args)
+    level = args.log_level or ("info" if listener else "warning")
     # stdout carries the protocol in stdio mode: logs go to stderr only.
     logging.basicConfig(
         stream=sys.stderr,
@@ -56,11 +57,14 @@ def serve(args: argparse.Namespace) -> int:
     quiet = logging.DEBUG if level == "debug" else logging.WARNING
     logging.getLogger("lookahead_lsp.llama").setLevel(quiet)
     logging.getLogger("pygls").setLevel(quiet)
+    if listener is not None:
+        # Whatever the log level: a client needs the address, and the token's file.
+        print(f"lookahead-lsp: {listener.describe()}", file=sys.stderr, flush=True)
     from lookahead_lsp.server import serve as run_server
 
-    code = run_server(tcp, Path(args.cache_dir) if args.cache_dir else None)
-    # Everything is saved by now. pygls reads stdin on a pool thread that a SIGTERM leaves
-    # blocked, and the interpreter would wait for it at exit: leave without waiting.
+    code = run_server(listener, Path(args.cache_dir) if args.cache_dir else None)
+    # Everything is saved by now. stdin is read on a thread of its own, blocked until the editor
+    # closes it, and the interpreter would wait for it at exit: leave without waiting.
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -68,3 +72,17 @@ def serve(args: argparse.Namespace) -> int:
         except (ValueError, OSError):  # closed by the transport already
             pass
     os._exit(code)
+
+
+def _listener(args: argparse.Namespace) -> Listener | None:
+    """The socket to serve on, bound before the server starts; None for stdio."""
+    if args.token_file is not None and not args.tcp:
+        raise UserError("--token-file goes with --tcp")
+    if args.allow_remote and not args.tcp:
+        raise UserError("--allow-remote goes with --tcp")
+    if args.socket is not None:
+        return listen_unix(Path(args.socket) if args.socket else None)
+    if args.tcp:
+        host, port = parse_listen_address(args.tcp, args.allow_remote)
+        return listen_tcp(host, port, Path(args.token_file) if args.token_file else None)
+    return None

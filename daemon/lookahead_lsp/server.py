@@ -23,7 +23,9 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from lookahead_lsp import __version__
+from lookahead_lsp.rpc import LookaheadProtocol
 from lookahead_lsp.service import Answer, LookaheadService
+from lookahead_lsp.transport import Listener, serve_socket, serve_stdio
 
 STATUS_REQUEST = "lookahead/status"
 REBUILD_INDEX_REQUEST = "lookahead/rebuildIndex"
@@ -94,8 +96,16 @@ class _EditorChannel:
 
 
 class LookaheadServer(LanguageServer):
+    # Every message goes through LookaheadProtocol.receive: every request gets an answer.
+    protocol: LookaheadProtocol
+
     def __init__(self, cache_dir: Path | None = None) -> None:
-        super().__init__("lookahead-lsp", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__(
+            "lookahead-lsp",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            protocol_cls=LookaheadProtocol,
+        )
         self.service = LookaheadService(_EditorChannel(self), cache_dir)
         self.supports_progress = False
         # The loop the server runs on, known from the first message: other threads hand their
@@ -306,24 +316,25 @@ async def _answer(
         return None
 
 
-def serve(tcp: tuple[str, int] | None, cache_dir: Path | None = None) -> int:
-    """Runs the server on stdio (or TCP) until exit; saves the indexes on the way out, also on
-    SIGTERM or a closed stdin."""
+def serve(listener: Listener | None, cache_dir: Path | None = None) -> int:
+    """Runs the server on stdio until exit or a closed stdin, or on listener (a socket) until
+    SIGINT or SIGTERM; saves the indexes on the way out. The exit code LSP asks for."""
     server = build_server(cache_dir)
 
     def on_sigterm(signum: int, frame: object) -> None:
-        # pygls would wait for its stdin reader thread, which a SIGTERM leaves blocked: save,
+        # The stdin reader thread stays blocked after a SIGTERM and nothing could join it: save,
         # then leave at once.
         server.service.shutdown()
+        if listener is not None:
+            listener.close()
         logging.shutdown()
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        if tcp is not None:
-            server.start_tcp(*tcp)
-        else:
-            server.start_io(sys.stdin.buffer, sys.stdout.buffer)
+        if listener is None:
+            return serve_stdio(server.protocol, sys.stdin.buffer, sys.stdout.buffer)
+        serve_socket(server.protocol, listener)
+        return 0
     finally:
         server.service.shutdown()
-    return 0

@@ -1,0 +1,401 @@
+"""Where the daemon meets its clients: stdio (the editor started it), a Unix socket, or TCP.
+
+Over a socket the daemon outlives its clients and serves one at a time:
+- a Unix socket is created with mode 0600 in a folder no other user can write, and only
+  processes of the same user are served (their uid checked where the system says it);
+- over TCP any local process can connect, so a client presents a token first: the first
+  message must be an `initialize` request whose initializationOptions.token is the content of
+  the token file (created at random, readable by the user only). The token is removed from the
+  options before the server sees them.
+A connection is refused (closed, one log line) when another client is connected, when its
+first message is not a framed initialize request (an HTTP request, garbage, a port scan) or
+comes later than HANDSHAKE_TIMEOUT_S, or when its token is missing or wrong. A refused,
+dropped or broken connection never ends the daemon: it goes on listening, its model and
+indexes loaded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hmac
+import logging
+import os
+import re
+import secrets
+import socket
+import stat
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from pygls.io_ import StdoutWriter
+
+from lookahead_lsp.cache_files import default_cache_dir
+from lookahead_lsp.errors import UserError
+from lookahead_lsp.framing import READ_CHUNK, Frame, FrameError, FrameReader
+from lookahead_lsp.rpc import LookaheadProtocol
+
+# An editor's first act on a connection is its initialize request; silence this long is not an
+# editor, and a waiting connection holds memory.
+HANDSHAKE_TIMEOUT_S = 10.0
+# An initialize request is a few kilobytes (capabilities, folders, settings).
+HANDSHAKE_MAX_BYTES = 1024 * 1024
+# Connections still to send their initialize; more are refused until these are decided.
+MAX_WAITING = 8
+# The key of initializationOptions that carries the token.
+TOKEN_OPTION = "token"
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{32,256}")
+_TOKEN_FILE_NAME = "tcp-token"
+_SOCKET_NAME = "lookahead-lsp.sock"
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A bound, listening socket and what its clients must present."""
+
+    sock: socket.socket
+    address: str  # as messages show it
+    token: str | None = None  # what a TCP client presents
+    token_path: Path | None = None
+    unix_path: Path | None = None
+    unix_inode: int = 0
+
+    def describe(self) -> str:
+        """One line for stderr: where to connect and how."""
+        if self.token_path is None:
+            return f"listening on {self.address} (one client at a time)"
+        return (
+            f"listening on {self.address} (one client at a time); the first message must be "
+            f"initialize with initializationOptions.{TOKEN_OPTION} = the content of {self.token_path}"
+        )
+
+    def close(self) -> None:
+        """Stops listening; removes the Unix socket if it is still the one this daemon made."""
+        self.sock.close()
+        if self.unix_path is None:
+            return
+        with contextlib.suppress(OSError):
+            if os.lstat(self.unix_path).st_ino == self.unix_inode:
+                os.unlink(self.unix_path)
+
+
+def runtime_folder() -> Path:
+    """$XDG_RUNTIME_DIR/lookahead-lsp (a per-user folder, emptied at logout) where the system
+    has one, else a folder of the cache folder; either created with mode 0700."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime) and os.path.isdir(runtime):
+        return Path(runtime) / "lookahead-lsp"
+    # Not the cache folder itself: a umask of 002 leaves that one writable by the user's group.
+    return default_cache_dir() / "run"
+
+
+def listen_tcp(host: str, port: int, token_path: Path | None) -> Listener:
+    """A TCP listener whose clients must present the token of token_path (by default
+    runtime_folder()/tcp-token), created when that file does not exist."""
+    token_path = token_path or runtime_folder() / _TOKEN_FILE_NAME
+    token = load_token(token_path)
+    try:
+        # "localhost" may stand for both loopbacks: IPv4 first, as most clients try it first.
+        families = [info[0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+        family = socket.AF_INET if socket.AF_INET in families else families[0]
+        sock = socket.create_server((host, port), family=family)
+    except OSError as error:
+        raise UserError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    bound_host, bound_port = sock.getsockname()[:2]
+    address = f"[{bound_host}]:{bound_port}" if ":" in bound_host else f"{bound_host}:{bound_port}"
+    return Listener(sock, address, token=token, token_path=token_path)
+
+
+def listen_unix(path: Path | None) -> Listener:
+    """A Unix socket with mode 0600 at path (by default runtime_folder()/lookahead-lsp.sock), in a
+    folder no other user can write. A socket left there by a daemon that is gone is replaced;
+    one where a daemon still answers, or anything else at the path, is refused."""
+    if path is None:
+        path = runtime_folder() / _SOCKET_NAME
+        _make_private_folder(path.parent)
+    path = path.absolute()
+    check_private_folder(path.parent)
+    try:
+        _clear_stale_socket(path)
+    except OSError as error:
+        raise UserError(f"cannot use {path}: {error.strerror or error}") from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        previous = os.umask(0o177)  # no moment when the socket is open to others
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(previous)
+        os.chmod(path, 0o600)
+        sock.listen()
+        inode = os.lstat(path).st_ino
+    except OSError as error:
+        sock.close()
+        raise UserError(f"cannot listen on {path}: {error.strerror or error}") from None
+    return Listener(sock, str(path), unix_path=path, unix_inode=inode)
+
+
+def check_private_folder(folder: Path) -> None:
+    """UserError unless folder is a directory of this user (or root) that no other user can
+    write: anyone who can write it could replace what the daemon puts there."""
+    try:
+        status = os.stat(folder)
+    except OSError as error:
+        raise UserError(f"{folder}: {error.strerror or error}") from None
+    if not stat.S_ISDIR(status.st_mode):
+        raise UserError(f"{folder} is not a directory")
+    if status.st_uid not in (os.getuid(), 0):
+        raise UserError(f"{folder} belongs to another user: choose a folder of your own")
+    if status.st_mode & 0o022:
+        raise UserError(
+            f"{folder} can be written by other users (mode {stat.S_IMODE(status.st_mode):o}): "
+            "choose a folder only you can write, such as $XDG_RUNTIME_DIR"
+        )
+
+
+def load_token(path: Path) -> str:
+    """The token in path; a new random one, in a new file of mode 0600, when there is none. A
+    file that is not a regular file of this user, can be read by others or holds no token is
+    refused rather than used or replaced."""
+    try:
+        _make_private_folder(path.parent)
+        check_private_folder(path.parent)
+        try:
+            return _read_token(path)
+        except FileNotFoundError:
+            pass
+        with contextlib.suppress(FileExistsError):  # another daemon made one meanwhile: use it
+            _create_token(path, secrets.token_urlsafe(32))
+        return _read_token(path)
+    except OSError as error:
+        raise UserError(f"token file {path}: {error.strerror or error}") from None
+
+
+def token_matches(message: Any, token: str) -> bool:
+    """Whether an initialize request carries token in initializationOptions (compared in
+    constant time)."""
+    params = message.get("params") if isinstance(message, dict) else None
+    options = params.get("initializationOptions") if isinstance(params, dict) else None
+    presented = options.get(TOKEN_OPTION) if isinstance(options, dict) else None
+    return isinstance(presented, str) and hmac.compare_digest(presented.encode(), token.encode())
+
+
+def serve_stdio(protocol: LookaheadProtocol, stdin: BinaryIO, stdout: BinaryIO) -> int:
+    """Serves the client on stdin/stdout until stdin ends or the client sends exit; the exit
+    code LSP asks for (0 after shutdown, 1 without)."""
+    try:
+        asyncio.run(_serve_stdio(protocol, stdin.fileno(), stdout))
+    except SystemExit as done:  # pygls leaves through sys.exit on `exit`
+        return 0 if done.code is None else done.code if isinstance(done.code, int) else 1
+    except BrokenPipeError:
+        _LOG.warning("the client closed stdout; leaving")
+    return 0
+
+
+async def _serve_stdio(protocol: LookaheadProtocol, stdin: int, stdout: BinaryIO) -> None:
+    loop = asyncio.get_running_loop()
+    # A thread of its own blocks on stdin; it is never waited for (the process leaves with
+    # os._exit, see serve_command).
+    reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookahead-stdin")
+    frames = FrameReader(lambda: loop.run_in_executor(reader, os.read, stdin, READ_CHUNK))
+    protocol.set_writer(StdoutWriter(stdout))
+    while (frame := await frames.next()) is not None:
+        protocol.receive(frame)
+
+
+def serve_socket(protocol: LookaheadProtocol, listener: Listener) -> None:
+    """Serves one client at a time on listener until SIGINT (SIGTERM is the caller's)."""
+    protocol.keeps_serving = True
+    protocol.end_session()  # no client yet
+    try:
+        asyncio.run(_Gate(protocol, listener).serve())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        listener.close()
+
+
+class _Refused(Exception):
+    """A connection that is not let in; str(error) says why."""
+
+
+class _Gate:
+    """Lets in one authenticated client at a time."""
+
+    def __init__(self, protocol: LookaheadProtocol, listener: Listener) -> None:
+        self._protocol = protocol
+        self._listener = listener
+        self._client: asyncio.StreamWriter | None = None
+        self._waiting = 0
+
+    async def serve(self) -> None:
+        if self._listener.unix_path is not None:
+            server = await asyncio.start_unix_server(self._connected, sock=self._listener.sock)
+        else:
+            server = await asyncio.start_server(self._connected, sock=self._listener.sock)
+        async with server:
+            await server.serve_forever()
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _peer_name(writer)
+        try:
+            frames = FrameReader(lambda: reader.read(READ_CHUNK))
+            first = await self._handshake(frames, writer)
+            if first is None:
+                _LOG.info("%s closed the connection before initialize", peer)
+            else:
+                await self._session(frames, writer, first, peer)
+        except _Refused as refusal:
+            _LOG.warning("refused %s: %s", peer, refusal)
+        except OSError as error:
+            _LOG.info("%s: connection lost (%s)", peer, error)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    async def _handshake(self, frames: FrameReader, writer: asyncio.StreamWriter) -> Frame | None:
+        """The client's initialize request, once it is let in (_Refused if not); None when the
+        connection ends first."""
+        if self._client is not None:
+            raise _Refused("another client is connected (one at a time)")
+        if self._waiting >= MAX_WAITING:
+            raise _Refused(f"{MAX_WAITING} connections are already waiting to initialize")
+        other_user = _other_user(writer)
+        if other_user is not None:
+            raise _Refused(other_user)
+        self._waiting += 1
+        try:
+            frame = await asyncio.wait_for(frames.next(HANDSHAKE_MAX_BYTES, strict=True), HANDSHAKE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise _Refused(f"no initialize request within {HANDSHAKE_TIMEOUT_S:g} s") from None
+        except FrameError as error:
+            raise _Refused(f"not LSP: {error}") from None
+        finally:
+            self._waiting -= 1
+        if frame is None:
+            return None
+        message = frame.message
+        if not (isinstance(message, dict) and message.get("method") == "initialize" and "id" in message):
+            raise _Refused("the first message is not an initialize request")
+        token = self._listener.token
+        if token is not None and not token_matches(message, token):
+            raise _Refused("missing or wrong token")
+        if self._client is not None:  # another one got in while this one was sending
+            raise _Refused("another client is connected (one at a time)")
+        return Frame(_without_token(message))
+
+    async def _session(
+        self, frames: FrameReader, writer: asyncio.StreamWriter, first: Frame, peer: str
+    ) -> None:
+        self._client = writer
+        _LOG.info("%s connected", peer)
+        self._protocol.begin_session(writer, writer.close)
+        try:
+            self._protocol.receive(first)
+            while (frame := await frames.next()) is not None:
+                self._protocol.receive(frame)
+        finally:
+            self._protocol.end_session()
+            self._client = None
+            _LOG.info("%s disconnected", peer)
+
+
+def _without_token(message: dict[str, Any]) -> dict[str, Any]:
+    params = message.get("params")
+    options = params.get("initializationOptions") if isinstance(params, dict) else None
+    if not isinstance(params, dict) or not isinstance(options, dict) or TOKEN_OPTION not in options:
+        return message
+    rest = {key: value for key, value in options.items() if key != TOKEN_OPTION}
+    return {**message, "params": {**params, "initializationOptions": rest or None}}
+
+
+def _peer_name(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return "a local process"
+
+
+def _other_user(writer: asyncio.StreamWriter) -> str | None:
+    """Why a Unix socket's peer is not served (it runs as another user), else None; None too
+    where the system does not say (the socket's mode keeps others out there)."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    sock = writer.get_extra_info("socket")
+    if option is None or sock is None or sock.family != socket.AF_UNIX:
+        return None
+    credentials = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", credentials)
+    if uid == os.getuid():
+        return None
+    return f"process {pid} runs as uid {uid}, not as this user"
+
+
+def _make_private_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot create {folder}: {error.strerror or error}") from None
+
+
+def _clear_stale_socket(path: Path) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise UserError(f"{path} exists and is not a socket: choose another path")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            os.unlink(path)  # nobody answers: left by a daemon that did not exit cleanly
+            return
+    raise UserError(f"another server is listening on {path}")
+
+
+def _read_token(path: Path) -> str:
+    # O_NONBLOCK: a FIFO planted at the path fails the regular-file check instead of blocking.
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UserError(f"token file {path} is a symbolic link, which is not followed") from None
+        raise
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode) or status.st_uid != os.getuid():
+            raise UserError(f"token file {path} is not a regular file of yours")
+        if status.st_mode & 0o077:
+            raise UserError(f"token file {path} can be read by others: chmod 600 it, or delete it for a new one")
+        text = file.read(512).decode("ascii", errors="replace").strip()
+    if not _TOKEN.fullmatch(text):
+        raise UserError(f"token file {path} holds no token (32 to 256 of A-Z a-z 0-9 _ -): delete it for a new one")
+    return text
+
+
+def _create_token(path: Path, token: str) -> None:
+    """Writes token to path, which must not exist: a temporary file (random name, created
+    exclusively with mode 0600, never through a link), fsync'd, then hard-linked to path, which
+    fails instead of replacing a token another daemon wrote meanwhile."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    descriptor = os.open(temporary, flags, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(token.encode() + b"\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.link(temporary, path)
+    finally:
+        os.unlink(temporary)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

@@ -1,0 +1,243 @@
+"""`lookahead-lsp serve --tcp` and `--socket` as an attacker finds them, over real sockets: a
+client without the token, a second client while one is served, a port scan, an HTTP request and
+garbage are each refused, and the daemon goes on serving the next client."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from lsp_peer import Peer, initialize, no_model_env, request, serve_command, wait_for_line
+
+
+@dataclass
+class Daemon:
+    process: subprocess.Popen[bytes]
+    log: Path
+    port: int
+    token: str
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=30)
+
+    def client(self) -> tuple[socket.socket, Peer]:
+        """A connected client that presented the token; initialize answered."""
+        sock = self.connect()
+        peer = Peer.over_socket(sock)
+        peer.send(initialize(1, {"token": self.token}))
+        assert "capabilities" in peer.response(1)["result"]
+        return sock, peer
+
+    def refusals(self) -> int:
+        return self.log.read_text(errors="replace").count(" refused ")
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    token_file = tmp_path / "private" / "token"
+    log = tmp_path / "serve.log"
+    command = serve_command(tmp_path / "cache", "--tcp", "127.0.0.1:0", "--token-file", str(token_file))
+    with log.open("wb") as log_file, subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=no_model_env(tmp_path)
+    ) as process:
+        try:
+            port = int(wait_for_line(log, r"listening on 127\.0\.0\.1:(\d+)", process)[1])
+            yield Daemon(process, log, port, token_file.read_text().strip())
+            assert process.poll() is None, "the daemon ended"
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+
+
+def _status(peer: Peer, request_id: int) -> dict[str, object]:
+    result: dict[str, object] = peer.response(request_id)["result"]
+    return result
+
+
+def test_the_token_file_is_private_and_kept(daemon: Daemon, tmp_path: Path) -> None:
+    token_file = tmp_path / "private" / "token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", daemon.token)
+    # A second daemon with the same file uses the same token (a client's config stays right).
+    again = subprocess.run(
+        serve_command(tmp_path / "cache", "--tcp", f"127.0.0.1:{daemon.port}", "--token-file", str(token_file)),
+        capture_output=True, text=True, timeout=60, env=no_model_env(tmp_path),
+    )
+    assert again.returncode == 2 and "cannot listen" in again.stderr  # the port is taken
+    assert token_file.read_text().strip() == daemon.token
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        initialize(1),  # no token
+        initialize(1, {"token": "x" * 43}),  # a wrong one
+        initialize(1, {"token": ["not", "a", "string"]}),
+        initialize(1, {"lookahead": {"token": "misplaced"}}),
+        request(1, "lookahead/status"),  # not initialize
+    ],
+)
+def test_a_client_without_the_token_is_refused(daemon: Daemon, first: dict[str, object]) -> None:
+    with daemon.connect() as sock:
+        peer = Peer.over_socket(sock)
+        peer.send(first)
+        peer.send(request(2, "lookahead/status"))
+        assert peer.closed_without_answer()
+    assert daemon.refusals() == 1
+    # The right token lets the next client in; the settings never see it: an unknown setting
+    # is reported to the client, the token is not.
+    with daemon.connect() as sock:
+        peer = Peer.over_socket(sock)
+        peer.send(initialize(1, {"token": daemon.token, "noSuchSetting": 1}))
+        said: list[dict[str, object]] = []
+        while "noSuchSetting" not in str(said):
+            message = peer.message()
+            assert message is not None
+            said.append(message)
+        assert "'token'" not in str(said)
+
+
+def test_one_client_at_a_time(daemon: Daemon) -> None:
+    first, peer = daemon.client()
+    with first:
+        with daemon.connect() as second:
+            intruder = Peer.over_socket(second)
+            intruder.send(initialize(1, {"token": daemon.token}))
+            assert intruder.closed_without_answer()
+        # The first client's answers still come to it, and only to it.
+        peer.send(request(7, "lookahead/status"))
+        assert "index" in _status(peer, 7)
+    assert daemon.refusals() == 1
+    # The first client gone, the next one is served by the same daemon.
+    third, peer = daemon.client()
+    with third:
+        peer.send(request(8, "lookahead/status"))
+        assert "index" in _status(peer, 8)
+
+
+def test_a_client_that_leaves_mid_request_does_not_answer_the_next(daemon: Daemon, tmp_path: Path) -> None:
+    sock, peer = daemon.client()
+    uri = (tmp_path / "a.py").as_uri()
+    peer.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {
+        "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "def f():\n    "}}})
+    # No model was started: this request waits for one, and its client leaves meanwhile.
+    peer.send(request(5, "textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": {"line": 1, "character": 4}, "context": {"triggerKind": 1}}))
+    peer.send(b"Content-Length: 100\r\n\r\n{")  # half a message, then gone
+    sock.close()
+    sock, peer = daemon.client()
+    with sock:
+        # The same request id: the answer is to this client's request.
+        peer.send(request(5, "lookahead/status"))
+        assert "index" in peer.response(5)["result"]
+
+
+def test_scans_http_and_garbage_never_end_the_daemon(daemon: Daemon) -> None:
+    for _ in range(3):  # a port scan: connect, close
+        daemon.connect().close()
+    probes = [
+        b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+        b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        bytes(range(256)) * 40,
+        b"Content-Length: 9\r\n\r\nnot json!",
+        b"Content-Length: 1000000000000\r\n\r\n",
+    ]
+    for probe in probes:
+        with daemon.connect() as sock:
+            peer = Peer.over_socket(sock)
+            peer.send(probe)
+            assert peer.closed_without_answer(), probe[:20]
+    assert daemon.refusals() == len(probes)
+    sock, peer = daemon.client()
+    with sock:
+        peer.send(request(2, "lookahead/status"))
+        assert "index" in _status(peer, 2)
+
+
+def test_exit_ends_the_session_not_the_daemon(daemon: Daemon) -> None:
+    sock, peer = daemon.client()
+    with sock:
+        peer.send(request(2, "shutdown"))
+        assert peer.response(2)["result"] is None
+        peer.send(request(3, "lookahead/status"))
+        assert peer.response(3)["error"]["code"] == -32600  # after shutdown
+        peer.send({"jsonrpc": "2.0", "method": "exit"})
+        assert peer.message() is None  # the connection closes
+    sock, peer = daemon.client()
+    with sock:
+        peer.send(request(2, "lookahead/status"))
+        assert "index" in _status(peer, 2)
+
+
+def test_unix_socket(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "lookahead.sock"
+    log = tmp_path / "serve.log"
+    with log.open("wb") as log_file, subprocess.Popen(
+        serve_command(tmp_path / "cache", "--socket", str(path)),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=no_model_env(tmp_path),
+    ) as process:
+        try:
+            wait_for_line(log, "listening on", process)
+            mode = path.lstat().st_mode
+            assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+            for _ in range(2):  # a connection that closes, then one that is served
+                with socket.socket(socket.AF_UNIX) as sock:
+                    sock.settimeout(30)
+                    sock.connect(str(path))
+                peer_sock = socket.socket(socket.AF_UNIX)
+                peer_sock.settimeout(30)
+                peer_sock.connect(str(path))
+                with peer_sock:
+                    peer = Peer.over_socket(peer_sock)
+                    peer.send(initialize(1))  # no token: the socket's mode is the guard
+                    assert "capabilities" in peer.response(1)["result"]
+                    peer.send(request(2, "lookahead/status"))
+                    assert "index" in peer.response(2)["result"]
+            # A second daemon on the same socket is refused, the first one's socket kept.
+            again = subprocess.run(
+                serve_command(tmp_path / "cache", "--socket", str(path)),
+                capture_output=True, text=True, timeout=60, env=no_model_env(tmp_path),
+            )
+            assert again.returncode == 2 and "another server is listening" in again.stderr
+            assert process.poll() is None
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+    assert not path.exists()  # removed on the way out
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770])
+def test_a_socket_in_a_folder_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.chmod(folder, mode)
+    done = subprocess.run(
+        serve_command(tmp_path / "cache", "--socket", str(folder / "s.sock")),
+        capture_output=True, text=True, timeout=60, env=no_model_env(tmp_path),
+    )
+    assert done.returncode == 2 and "can be written by other users" in done.stderr
+    assert not (folder / "s.sock").exists()
+
+
+def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("A" * 43)
+    os.chmod(token_file, 0o644)
+    done = subprocess.run(
+        serve_command(tmp_path / "cache", "--tcp", "127.0.0.1:0", "--token-file", str(token_file)),
+        capture_output=True, text=True, timeout=60, env=no_model_env(tmp_path),
+    )
+    assert done.returncode == 2 and "can be read by others" in done.stderr
+    assert token_file.read_text() == "A" * 43  # neither used nor replaced
