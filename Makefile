@@ -100,10 +100,13 @@ vsix: $(CLIENT)/node_modules/.installed
 test-vscode: $(CLIENT)/node_modules/.installed
 	cd $(CLIENT) && npm test --silent
 
-# The extension in a real VS Code with the real daemon and model (see vscode-client/e2e/run.sh);
-# screenshots, logs and result.json go to build/e2e.
+# The extension in a real VS Code with the real daemon and model, then with no daemon: the
+# extension installs one itself, from a local wheelhouse of this checkout's wheel and its
+# dependencies (see vscode-client/e2e/run.sh); screenshots, logs and result.json go to build/e2e
+# and build/e2e/install.
 e2e: install test-tools vsix
-	$(CLIENT)/e2e/run.sh $(CODE_SERVER) $(VSIX) $(VENV)/bin/lookahead-lsp build/e2e
+	$(CLIENT)/e2e/wheelhouse.sh $(PY) $(LLAMA_WHEELS) build/e2e-wheelhouse
+	$(CLIENT)/e2e/run.sh $(CODE_SERVER) $(VSIX) $(VENV)/bin/lookahead-lsp build/e2e build/e2e-wheelhouse
 
 test: install test-tools
 	$(PY) -m pytest -q

@@ -43,7 +43,7 @@ import {
   settingNamedIn,
   toInitializationOptions,
 } from './logic';
-import { DaemonChoice, MIN_PYTHON, VERIFY_DAEMON_ARGS, checkInstallSpec, chooseDaemon, lastLine, privateVenvFolder } from './install';
+import { DaemonChoice, MIN_PYTHON, VERIFY_DAEMON_ARGS, checkInstallSpec, chooseDaemon, privateVenvFolder } from './install';
 import { findPython, installDaemon } from './installer';
 
 const POLL_MS = 2000;
@@ -301,10 +301,10 @@ class LookaheadExtension implements vscode.Disposable {
   /** Nothing configured, installed or on PATH: offer to install the daemon. */
   private offerInstall(): void {
     const text =
-      "Lookahead: no lookahead-lsp daemon found (none installed by the extension, 'lookahead-lsp' not on PATH, " +
-      'lookahead.serverCommand and lookahead.pythonPath not set). Install it into a Python environment of the ' +
-      `extension's own (pip install ${this.settings.installSpec}; the first install compiles llama.cpp, about 10 minutes)?`;
-    this.log(text);
+      "Lookahead: no lookahead-lsp daemon found ('lookahead-lsp' not on PATH; lookahead.serverCommand and " +
+      "lookahead.pythonPath unset). Install it into the extension's own Python environment? The first install " +
+      'compiles llama.cpp (about 10 minutes).';
+    this.log(`${text} It would run: pip install ${this.settings.installSpec} (lookahead.installSpec).`);
     void vscode.window.showWarningMessage(text, 'Install', 'Settings').then((choice) => {
       if (choice === 'Install') void this.installDaemon();
       if (choice === 'Settings') openSettings();
@@ -580,10 +580,10 @@ class LookaheadExtension implements vscode.Disposable {
           spec,
           verifyArgs: VERIFY_DAEMON_ARGS,
           cwd: PROCESS_CWD,
-          output: (text) => {
-            this.out.append(text);
-            const line = lastLine(text);
-            if (line !== '') progress.report({ message: line.slice(0, 160) });
+          output: (line) => {
+            if (line.trim() === '') return;
+            this.out.info(line);
+            progress.report({ message: line.slice(0, 160) });
           },
           stage: (text) => progress.report({ message: text }),
           signal: abort.signal,

@@ -141,6 +141,22 @@ export function pythonUnusable(program: string, probe: PythonProbe | undefined):
   return undefined;
 }
 
+/** Cuts a stream's chunks into lines for `emit`; `end()` hands over an unfinished last line. */
+export function lineSplitter(emit: (line: string) => void): { push(chunk: string): void; end(): void } {
+  let carry = '';
+  return {
+    push(chunk: string) {
+      const parts = (carry + chunk).split(/\r\n|\n|\r/);
+      carry = parts.pop() ?? '';
+      for (const part of parts) emit(part);
+    },
+    end() {
+      if (carry !== '') emit(carry);
+      carry = '';
+    },
+  };
+}
+
 /** The last non-empty line of a process's output: what failed, as pip reports it. */
 export function lastLine(output: string): string {
   const lines = output.split(/\r?\n/).map((l) => l.trimEnd()).filter((l) => l.trim() !== '');

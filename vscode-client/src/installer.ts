@@ -10,6 +10,7 @@ import {
   MIN_PYTHON,
   PYTHON_PROBE_ARGS,
   lastLine,
+  lineSplitter,
   parsePythonProbe,
   pipInstallCommand,
   privateVenvFolder,
@@ -27,8 +28,8 @@ const STALE_MS = 24 * 3600 * 1000;
 export interface RunOptions {
   cwd: string;
   env?: NodeJS.ProcessEnv;
-  /** Every chunk of stdout and stderr as it comes. */
-  output?: (text: string) => void;
+  /** Every line of stdout and stderr as it comes. */
+  output?: (line: string) => void;
   signal?: AbortSignal;
   timeoutMs?: number;
 }
@@ -56,15 +57,19 @@ export function runProcess(line: CommandLine, o: RunOptions): Promise<RunResult>
     const timer = o.timeoutMs === undefined ? undefined : setTimeout(() => child.kill(), o.timeoutMs);
     if (o.signal?.aborted) kill();
     o.signal?.addEventListener('abort', kill);
+    const emit = (line: string) => o.output?.(line);
+    const streams = { stdout: lineSplitter(emit), stderr: lineSplitter(emit) };
     const take = (chunk: Buffer, isStdout: boolean) => {
       const text = chunk.toString();
       if (isStdout && stdout.length < TAIL_CHARS) stdout += text;
       tail = (tail + text).slice(-TAIL_CHARS);
-      o.output?.(text);
+      streams[isStdout ? 'stdout' : 'stderr'].push(text);
     };
     child.stdout.on('data', (d: Buffer) => take(d, true));
     child.stderr.on('data', (d: Buffer) => take(d, false));
     const finish = (code: number) => {
+      streams.stdout.end();
+      streams.stderr.end();
       clearTimeout(timer);
       o.signal?.removeEventListener('abort', kill);
       resolve({ code, stdout, tail, cancelled });
@@ -110,7 +115,8 @@ export interface InstallOptions {
   cwd: string;
   env?: NodeJS.ProcessEnv;
   platform?: string;
-  output: (text: string) => void;
+  /** Every line the processes write. */
+  output: (line: string) => void;
   /** One line on what is being done. */
   stage: (text: string) => void;
   signal: AbortSignal;
@@ -136,7 +142,7 @@ export async function installDaemon(o: InstallOptions): Promise<InstallResult> {
     ];
     for (const [stage, line] of steps) {
       o.stage(stage);
-      o.output(`$ ${formatCommandLine(line)}\n`);
+      o.output(`$ ${formatCommandLine(line)}`);
       const run = await runProcess(line, { cwd: o.cwd, env: o.env, output: o.output, signal: o.signal });
       if (run.cancelled) return { ok: false, cancelled: true, error: 'cancelled' };
       if (run.code !== 0) {

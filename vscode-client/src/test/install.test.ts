@@ -8,6 +8,7 @@ import {
   checkInstallSpec,
   chooseDaemon,
   lastLine,
+  lineSplitter,
   parsePythonProbe,
   pipInstallCommand,
   privateVenvFolder,
@@ -127,6 +128,14 @@ describe('finding a Python', () => {
     assert.match(pythonUnusable('/x/python', undefined) ?? '', /did not run/);
   });
 
+  it('logs a process line by line, whatever its chunks', () => {
+    const lines: string[] = [];
+    const split = lineSplitter((l) => lines.push(l));
+    for (const chunk of ['Collecting nu', 'mpy\nInstalling', ' collected\r\n\nlookahead-lsp ', '0.1.0 loads']) split.push(chunk);
+    split.end();
+    assert.deepEqual(lines, ['Collecting numpy', 'Installing collected', '', 'lookahead-lsp 0.1.0 loads']);
+  });
+
   it('shows the last line of pip as the reason an install failed', () => {
     assert.equal(lastLine('Collecting x\nERROR: No matching distribution found for x\n\n'), 'ERROR: No matching distribution found for x');
     assert.equal(lastLine(''), '');
@@ -208,7 +217,7 @@ describe('installing the daemon environment', { skip: !posix && 'POSIX paths' },
       output: () => output,
       opts: {
         python, storage, spec, verifyArgs, cwd: root, env,
-        output: (text: string) => void (output += text),
+        output: (line: string) => void (output += `${line}\n`),
         stage: (text: string) => void stages.push(text),
         signal: new AbortController().signal,
       },
