@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import sysconfig
 from collections.abc import Iterable, Sequence
 from typing import Optional
 
@@ -389,7 +390,8 @@ def ref_replay(
 # ---------------------------------------------------------------------------------------------
 # Real code as token ids
 
-STDLIB_DIR = "/root/.pyenv/versions/3.11.7/lib/python3.11"
+# The running interpreter's own standard library sources: real code found on any machine.
+STDLIB_DIR = sysconfig.get_paths()["stdlib"]
 _TOKEN_RE = re.compile(r"\w+|\n|[^\w\s]")
 
 

@@ -28,6 +28,7 @@ from reference_lookup import (
     ref_from_native,
     ref_static_from_docs,
     stdlib_available,
+    stdlib_path,
 )
 
 SETTINGS = settings(deadline=None, max_examples=150, print_blob=True)
@@ -390,7 +391,7 @@ REAL_FILES = ["argparse.py", "typing.py", "dataclasses.py", "inspect.py", "enum.
 @pytest.fixture(scope="module")
 def real_corpus(tmp_path_factory):  # type: ignore[no-untyped-def]
     if not stdlib_available(*REAL_FILES):
-        pytest.skip("Python 3.11 stdlib sources not found")
+        pytest.skip("the standard library sources are not installed")
     vocab = Vocab()
     docs = {name: vocab.encode_file(name) for name in REAL_FILES}
     n_vocab = len(vocab) + 10
@@ -440,10 +441,10 @@ def test_real_model_tokens(request, tmp_path) -> None:  # type: ignore[no-untype
     except pytest.FixtureLookupError:
         pytest.skip("no `tokenizer` fixture in conftest.py")
     if not stdlib_available("textwrap.py", "argparse.py", "enum.py"):
-        pytest.skip("Python 3.11 stdlib sources not found")
+        pytest.skip("the standard library sources are not installed")
 
     def toks(name: str) -> list[int]:
-        with open(os.path.join("/root/.pyenv/versions/3.11.7/lib/python3.11", name), "rb") as f:
+        with open(stdlib_path(name), "rb") as f:
             return np.asarray(tok.tokenize(f.read()), dtype=np.int32).tolist()
 
     n_vocab = int(tok.n_vocab)
