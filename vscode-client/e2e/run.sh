@@ -19,13 +19,21 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 if [ "${1:-}" = --in-namespace ]; then
   # Second stage, inside the namespace: loopback up, code-server, the browser test $2.
+  # code-server leads a process group of its own, which its extension hosts and the daemons
+  # they start share: at the end the whole group is stopped, and waited for (a daemon writes
+  # its index as it exits), before run.sh removes their files.
   ip link set lo up
-  "$CODE_SERVER" --bind-addr "127.0.0.1:$PORT" --auth none --log debug --disable-telemetry --disable-update-check \
+  setsid "$CODE_SERVER" --bind-addr "127.0.0.1:$PORT" --auth none --log debug --disable-telemetry --disable-update-check \
     --disable-workspace-trust --disable-getting-started-override \
     --user-data-dir "$ROOT/user-data" --extensions-dir "$ROOT/extensions" \
     --config "$ROOT/code-server.yaml" "$ROOT/workspace" > "$ARTIFACTS/code-server.log" 2>&1 &
   server=$!
-  trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+  stop() {
+    kill -TERM -- -$server 2>/dev/null || return 0
+    for _ in $(seq 1 100); do kill -0 -- -$server 2>/dev/null || return 0; sleep 0.1; done
+    kill -KILL -- -$server 2>/dev/null || true
+  }
+  trap stop EXIT
   for _ in $(seq 1 300); do
     curl -sf -o /dev/null "http://127.0.0.1:$PORT/healthz" && break
     kill -0 $server 2>/dev/null || { echo "e2e: code-server exited (see $ARTIFACTS/code-server.log)" >&2; exit 1; }
@@ -53,8 +61,7 @@ mkdir -p "$ARTIFACTS"
 ARTIFACTS=$(readlink -f "$ARTIFACTS")
 rm -rf "${ARTIFACTS:?}"/*
 BASE=$(mktemp -d "${TMPDIR:-/tmp}/lookahead-e2e.XXXXXX")
-# The daemons may still be writing their caches while they exit after code-server: once more.
-trap 'rm -rf "$BASE" 2>/dev/null || { sleep 3; rm -rf "$BASE"; }' EXIT
+trap 'rm -rf "$BASE"' EXIT
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 export EXTENSIONS_GALLERY='{}'
 CODE_SERVER=$CODE_SERVER_DIR/node_modules/.bin/code-server
