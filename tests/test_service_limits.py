@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from lookahead_lsp._lookup import StaticCacheBuilder
-from lookahead_lsp.service import STATIC_CACHE_NAME, LookaheadService
+from lookahead_lsp.service import LookaheadService
+from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME
 from lookahead_lsp.tokenizer import Tokenizer
 
 # The cost model is measured once per cache folder; the server tests share this one.
@@ -89,17 +90,17 @@ def test_documents_above_the_cap_are_neither_completed_nor_indexed(
         uri = path.as_uri()
         before = _tokens(service)
         service.open_document(uri, path, "value = compute(1, 2)\n" * 10)
-        assert _tokens(service) > before
+        _until(lambda: _tokens(service) > before)  # indexed off the caller's thread, soon after
         big = "value = compute(1, 2)\n" * 400  # 8.6 KiB
         for edit in range(3):
             service.change_document(uri, path, big + "#" * edit, 399)
-        assert _tokens(service) == before  # the index went back to the disk, where it is not
+        _until(lambda: _tokens(service) == before)  # the index went back to the disk, where it is not
         answers = [service.complete(uri, path, big, len(big) - i, "python", invoked=True) for i in range(3)]
         assert all(answer.done() and answer.result() is None for answer in answers)
         assert len(client.matching("maxDocumentKb")) == 1  # one line, not one per keystroke
         small = "value = compute(1, 2)\n" * 10
         service.change_document(uri, path, small, 9)
-        assert _tokens(service) > before
+        _until(lambda: _tokens(service) > before)
         answer = service.complete(uri, path, small, len(small), "python", invoked=True).result(timeout=WAIT_S)
         assert answer is not None and answer.source == "model"
         service.close_document(uri, path)
@@ -168,21 +169,22 @@ def test_a_static_cache_replaced_on_disk_is_opened_again(
         assert service.status()["static_cache"] == str(cache_file)
         service.open_document(path.as_uri(), path, path.read_text())
 
-        def complete() -> None:
+        def complete(offset: int) -> None:
+            # Each at its own offset: one the suggestion cache answers never reaches the caches.
             text = path.read_text()
-            assert service.complete(path.as_uri(), path, text, 300, "python", invoked=True).result(timeout=WAIT_S)
+            assert service.complete(path.as_uri(), path, text, offset, "python", invoked=True).result(timeout=WAIT_S)
 
         # Replaced by a damaged copy: refused before the next completion drafts with it.
         damaged = tmp_path / "damaged.cache"
         damaged.write_bytes(cache_file.read_bytes()[:100])
         os.replace(damaged, cache_file)
-        complete()
+        complete(300)
         assert service.status()["static_cache"] is None
         refusals = [m for m in client.matching("static cache not used") if str(cache_file) in m]
         assert len(refusals) == 1
         # A good one written again (as build-cache would): used from the next completion on.
         _write_static(tokenizer, path.read_text() * 2, cache_file)
-        complete()
+        complete(200)
         assert service.status()["static_cache"] == str(cache_file)
         service.close_document(path.as_uri(), path)
     finally:

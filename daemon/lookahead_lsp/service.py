@@ -1,23 +1,20 @@
 """What the language server does, without the protocol: the model (loaded in the background),
-one workspace index, watcher and static cache per workspace folder, completions scheduled on one
-model worker, and the status the editor shows. The server (server.py) only translates LSP
+the workspace folders (workspace/folder.py: each one's index, watcher and static cache, created
+once the model's tokenizer is known), completions scheduled on one model worker, and the status
+the editor shows. The server (server.py) only translates LSP
 messages into calls of this class and its answers back."""
 
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from lookahead_lsp import __version__
-from lookahead_lsp._lookup import CacheError, StaticCache
 from lookahead_lsp.completions import CompletionWorker, SuggestionCache
 from lookahead_lsp.engine import (
     CancelToken,
@@ -35,12 +32,10 @@ from lookahead_lsp.models import resolve_model_path
 from lookahead_lsp.settings import Settings, apply_update
 from lookahead_lsp.tokenizer import Tokenizer
 from lookahead_lsp.unopened import read_unopened
-from lookahead_lsp.workspace.index import IndexProgress, IndexSettings, WorkspaceIndex
+from lookahead_lsp.workspace.folder import FolderSettings, FolderStatus, WorkspaceFolder
 from lookahead_lsp.workspace.store import store_path_for
-from lookahead_lsp.workspace.watcher import WatcherStatus, WorkspaceWatcher
 
 _LOG = logging.getLogger(__name__)
-STATIC_CACHE_NAME = Path(".lookahead") / "static.cache"
 # Extra context for the prompt: this many recently edited other documents, this many lines
 # around their last edit.
 _RECENT_DOCUMENTS = 3
@@ -72,22 +67,13 @@ class Counters:
     failed: int = 0
 
 
-@dataclass
-class Folder:
-    root: Path
-    index: WorkspaceIndex
-    watcher: WorkspaceWatcher | None = None
-    static: StaticCache | None = None  # set once opened and verified
-    static_path: Path | None = None
-    # The static cache is (re)opened, off the event loop, before indexing or the next completion
-    # needs it: at first, after a settings change, when its file changed on disk.
-    static_stale: bool = True
-    static_stamp: tuple[int, int, int, int] | None = None  # its file when last opened or tried
-    static_lock: threading.Lock = field(default_factory=threading.Lock)
-    stop: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-    # Set once the first indexing has ended (its watcher running) or failed.
-    indexed: threading.Event = field(default_factory=threading.Event)
+@dataclass(frozen=True)
+class _IndexTokenizer:
+    """The folders' tokenizer (vocabulary only, apart from the engine's) and its vocabulary's
+    fingerprint."""
+
+    tokenizer: Tokenizer
+    fingerprint: int
 
 
 @dataclass
@@ -105,7 +91,8 @@ class LookaheadService:
         self.settings = Settings()
         self.counters = Counters()
         self.last: dict[str, Any] | None = None
-        self.folders: dict[Path, Folder] = {}
+        self.roots: list[Path] = []  # the workspace folders, indexed or not yet
+        self.folders: dict[Path, WorkspaceFolder] = {}  # those indexed with the model's tokenizer
         self.documents: OrderedDict[str, _Document] = OrderedDict()  # most recently edited last
         self.suggestions = SuggestionCache()
         self._oversized_reported: set[str] = set()  # URIs whose size was reported, until closed
@@ -115,9 +102,8 @@ class LookaheadService:
         self._engine_ready = threading.Event()
         self._engine_error: str | None = None
         self._model_path: Path | None = None
-        self._tokenizer: Tokenizer | None = None  # the indexes' own (vocabulary only)
+        self._tokenizer: _IndexTokenizer | None = None
         self._tokenizer_lock = threading.Lock()
-        self._fingerprint: int | None = None
         self._loader: threading.Thread | None = None
         self._closed = False
 
@@ -136,12 +122,11 @@ class LookaheadService:
         if self._loader is not None and update.changed & model_keys:
             self.start_model()
         if "static_cache_path" in update.changed:
+            configured = self.settings.static_cache_path
             for folder in list(self.folders.values()):
-                folder.static_stale = True
-        if self._loader is not None and "ignore_globs" in update.changed:
-            for root in list(self.folders):
-                self.remove_folder(root)
-                self.add_folder(root)
+                folder.set_static_cache(Path(configured).expanduser() if configured else None)
+        if "ignore_globs" in update.changed:
+            self._reopen_folders(save=True)
 
     def start_model(self) -> None:
         """(Re)loads the model on a background thread; requests wait for it."""
@@ -173,9 +158,7 @@ class LookaheadService:
             self._engine, self._model_path = engine, path
         self._engine_ready.set()
         self.client.log(logging.INFO, f"model loaded: {path}")
-        for folder in list(self.folders.values()):
-            if folder.thread is None:
-                self._start_indexing(folder)
+        self._open_folders(path)
 
     def shutdown(self) -> None:
         """Saves every index, stops the threads, frees the model. Idempotent."""
@@ -183,7 +166,7 @@ class LookaheadService:
             if self._closed:
                 return
             self._closed = True
-        for root in list(self.folders):
+        for root in list(self.roots):
             self.remove_folder(root)
         self.worker.stop()
         with self._lock:
@@ -192,170 +175,103 @@ class LookaheadService:
         if engine is not None:
             engine.close()
         if tokenizer is not None:
-            tokenizer.close()
+            tokenizer.tokenizer.close()
 
     # -- workspace folders ---------------------------------------------------------------------
 
     def add_folder(self, root: Path) -> None:
+        """A workspace folder, indexed once the model's tokenizer is known."""
         root = root.resolve()
         with self._lock:
-            if root in self.folders or self._closed:
+            if root in self.roots or self._closed:
                 return
-            index = WorkspaceIndex(
-                self._n_vocab(),
-                root=root,
-                tokenizer_lock=self._tokenizer_lock,
-                settings=IndexSettings(ignore=self.settings.ignore_globs),
-            )
-            folder = self.folders[root] = Folder(root, index)
-        if self._engine_ready.is_set() and self._engine is not None:
-            self._start_indexing(folder)
+            self.roots.append(root)
+            if self._tokenizer is not None:
+                self._open_folder(root)
 
     def remove_folder(self, root: Path, save: bool = True) -> None:
+        root = root.resolve()
         with self._lock:
-            folder = self.folders.pop(root.resolve(), None)
-        if folder is None:
-            return
-        folder.stop.set()
-        if folder.thread is not None:
-            folder.thread.join()
-        if folder.watcher is not None:
-            folder.watcher.stop()
-        if save:
-            self._save(folder)
-        # Not closed: a completion on the worker may still draft with it; the last reference
-        # going frees it.
-        folder.static = None
+            if root in self.roots:
+                self.roots.remove(root)
+            folder = self.folders.pop(root, None)
+        if folder is not None:
+            folder.stop(save)
 
     def rebuild_indexes(self) -> None:
         """Forgets every folder's index, saved copy included, and indexes the folders again
         from their files; the static caches are opened and verified again too."""
-        for root in list(self.folders):
-            self.remove_folder(root, save=False)
-            store_path_for(root, self.cache_dir).unlink(missing_ok=True)
-            self.add_folder(root)
+        self._reopen_folders(save=False, forget=True)
 
-    def _n_vocab(self) -> int:
-        engine = self._engine
-        return engine.tokenizer.n_vocab if engine is not None else 262144
-
-    def _start_indexing(self, folder: Folder) -> None:
-        folder.thread = threading.Thread(
-            target=self._index, args=(folder,), name=f"index {folder.root.name}", daemon=True
-        )
-        folder.thread.start()
-
-    def _index(self, folder: Folder) -> None:
-        token = f"lookahead-index-{id(folder)}"
-        try:
-            tokenizer = self._index_tokenizer()
-            if tokenizer.n_vocab != folder.index.cache.n_vocab:
-                folder.index = WorkspaceIndex(
-                    tokenizer.n_vocab,
-                    root=folder.root,
-                    tokenizer_lock=self._tokenizer_lock,
-                    settings=IndexSettings(ignore=self.settings.ignore_globs),
-                )
-            fingerprint = self._tokenizer_fingerprint(tokenizer)
-            self._refresh_static(folder)
-            folder.index.load(store_path_for(folder.root, self.cache_dir), fingerprint)
-            title = f"Indexing {folder.root.name}"
-            self.client.progress(token, title, "listing files", 0, False)
-
-            def report(p: IndexProgress) -> None:
-                percent = 100 * p.bytes_done // p.bytes_total if p.bytes_total else 100
-                self.client.progress(token, title, f"{p.files_done}/{p.files_total} files", percent, False)
-
-            stats = folder.index.index_folder(tokenizer=tokenizer, progress=report, cancelled=folder.stop.is_set)
-            status = folder.index.status()
-            self.client.progress(token, title, f"{status.files} files, {status.tokens} tokens", 100, True)
-            self.client.log(
-                logging.INFO,
-                f"indexed {folder.root}: {status.files} files ({stats.tokenized} tokenized, "
-                f"{stats.unchanged} unchanged) in {stats.seconds:.1f} s",
-            )
-            if folder.stop.is_set():
-                return
-            # Documents opened while the model loaded: the editor's text wins over the disk's.
-            for doc in list(self.documents.values()):
-                if doc.path is not None and not doc.oversized and self.folder_of(doc.path) is folder:
-                    folder.index.open_document(doc.path, doc.text)
-            folder.watcher = WorkspaceWatcher(folder.index)
-            folder.watcher.start()
-        except (OSError, UserError, ValueError, RuntimeError) as error:
-            self.client.show(logging.WARNING, f"lookahead-lsp: cannot index {folder.root}: {error}")
-        finally:
-            folder.indexed.set()
-
-    def _index_tokenizer(self) -> Tokenizer:
+    def _reopen_folders(self, save: bool, forget: bool = False) -> None:
+        """Indexes the folders again with the current settings (forget: from their files, not
+        their saved copies)."""
         with self._lock:
-            if self._tokenizer is None or self._tokenizer.model_path != self._model_path:
-                if self._model_path is None:
-                    raise UserError("no model")
-                self._tokenizer = Tokenizer(self._model_path)
-                self._fingerprint = None
-            return self._tokenizer
+            folders, self.folders = list(self.folders.values()), {}
+            roots = list(self.roots)
+        for folder in folders:
+            folder.stop(save)
+        if forget:
+            for root in roots:
+                store_path_for(root, self.cache_dir).unlink(missing_ok=True)
+        self._reopen_missing()
 
-    def _tokenizer_fingerprint(self, tokenizer: Tokenizer) -> int:
-        with self._tokenizer_lock:
-            if self._fingerprint is None:
-                self._fingerprint = tokenizer.fingerprint
-            return self._fingerprint
-
-    def _refresh_static(self, folder: Folder) -> None:
-        """(Re)opens the folder's static cache when it is stale (at first, after a settings
-        change) or its file changed on disk (one that was missing or refused included): on the
-        indexing thread or the model's worker, never the event loop, as verify reads it all."""
-        with folder.static_lock:
-            path = self._static_path(folder)
-            if folder.static is not None:
-                changed = folder.static.changed_on_disk()
-            else:
-                changed = _file_stamp(path) != folder.static_stamp
-            if folder.static_stale or changed:
-                folder.static_stale = False
-                self._open_static(folder, path)
-
-    def _static_path(self, folder: Folder) -> Path:
-        """The configured static cache, else .lookahead/static.cache in the folder."""
-        configured = self.settings.static_cache_path
-        return Path(configured).expanduser() if configured else folder.root / STATIC_CACHE_NAME
-
-    def _open_static(self, folder: Folder, path: Path) -> None:
-        """Opens and verifies the static cache before drafting uses it. The one it replaces is
-        not closed: a completion may still hold it."""
-        folder.static, folder.static_path, folder.static_stamp = None, None, None
+    def _open_folders(self, model_path: Path) -> None:
+        """After a model loaded: the folders are indexed with its tokenizer (again, when
+        another model's was used)."""
+        with self._lock:
+            old = self._tokenizer
+        if old is not None and old.tokenizer.model_path == model_path:
+            self._reopen_missing()
+            return
+        with self._lock:
+            folders, self.folders = list(self.folders.values()), {}
+        for folder in folders:
+            folder.stop(save=True)
         try:
-            info = path.stat()
-        except FileNotFoundError:
-            if self.settings.static_cache_path:
-                self.client.show(logging.WARNING, f"lookahead-lsp: static cache not found: {path}")
+            tokenizer = Tokenizer(model_path)
+            with self._tokenizer_lock:
+                fingerprint = tokenizer.fingerprint
+        except (OSError, UserError, ValueError, RuntimeError) as error:
+            self.client.show(logging.WARNING, f"lookahead-lsp: cannot index: {error}")
             return
-        except OSError as error:
-            self.client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path}: {error.strerror}")
-            return
-        folder.static_stamp = _stamp(info)
-        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the open, a device never end
-            self.client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} is not a regular file")
-            return
-        try:
-            tokenizer = self._index_tokenizer()
-            cache = StaticCache.open(str(path), tokenizer.n_vocab, self._tokenizer_fingerprint(tokenizer))
-            cache.verify()
-        except (CacheError, UserError) as error:
-            self.client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {error}")
-            return
-        folder.static, folder.static_path = cache, path
+        with self._lock:
+            if self._closed:
+                tokenizer.close()
+                return
+            self._tokenizer = _IndexTokenizer(tokenizer, fingerprint)
+        if old is not None:
+            old.tokenizer.close()
+        self._reopen_missing()
 
-    def _save(self, folder: Folder) -> None:
-        if self._fingerprint is None or folder.index.root is None:
-            return
-        try:
-            folder.index.save(store_path_for(folder.root, self.cache_dir), self._fingerprint)
-        except OSError as error:
-            self.client.log(logging.WARNING, f"cannot save the index of {folder.root}: {error}")
+    def _reopen_missing(self) -> None:
+        with self._lock:
+            if self._closed or self._tokenizer is None:
+                return
+            for root in self.roots:
+                if root not in self.folders:
+                    self._open_folder(root)
 
-    def folder_of(self, path: Path | None) -> Folder | None:
+    def _open_folder(self, root: Path) -> None:
+        """Creates and starts the folder's indexing, with the documents open in it (the
+        service's lock held, so that no editor change overtakes them)."""
+        assert self._tokenizer is not None
+        s = self.settings
+        settings = FolderSettings(
+            ignore=s.ignore_globs,
+            static_cache=Path(s.static_cache_path).expanduser() if s.static_cache_path else None,
+            cache_dir=self.cache_dir,
+        )
+        folder = WorkspaceFolder(
+            root, self._tokenizer.tokenizer, self._tokenizer_lock, self._tokenizer.fingerprint, self.client, settings
+        )
+        self.folders[root] = folder
+        for doc in self.documents.values():
+            if doc.path is not None and not doc.oversized and self.folder_of(doc.path) is folder:
+                folder.editor_text(doc.path, doc.text)
+        folder.start()
+
+    def folder_of(self, path: Path | None) -> WorkspaceFolder | None:
         if path is None:
             return None
         with self._lock:
@@ -368,23 +284,26 @@ class LookaheadService:
         self.change_document(uri, path, text, 0)
 
     def change_document(self, uri: str, path: Path | None, text: str, edited_line: int) -> None:
-        before = self.documents.pop(uri, None)
-        if self._too_large(uri, text):
-            self.documents[uri] = _Document(path, "", edited_line, oversized=True)
-            if before is not None and not before.oversized:
-                # Its editor text grew past the cap: the index goes back to the file on disk,
-                # whose own size rule applies.
-                self._update_index(path, lambda index, p: index.close_document(p))
-            return
-        self.documents[uri] = _Document(path, text, edited_line)
-        self._update_index(path, lambda index, p: index.change_document(p, text))
+        """Records the editor's text; its folder indexes it later, off the event loop."""
+        with self._lock:
+            before = self.documents.pop(uri, None)
+            if self._too_large(uri, text):
+                self.documents[uri] = _Document(path, "", edited_line, oversized=True)
+                if before is not None and not before.oversized:
+                    # Its editor text grew past the cap: the index goes back to the file on
+                    # disk, whose own size rule applies.
+                    self._editor_text(path, None)
+                return
+            self.documents[uri] = _Document(path, text, edited_line)
+            self._editor_text(path, text)
 
     def close_document(self, uri: str, path: Path | None) -> None:
-        self.documents.pop(uri, None)
-        self._oversized_reported.discard(uri)
+        with self._lock:
+            self.documents.pop(uri, None)
+            self._oversized_reported.discard(uri)
+            self._editor_text(path, None)
         self.worker.cancel(uri)
         self.suggestions.drop(uri)
-        self._update_index(path, lambda index, p: index.close_document(p))
 
     def _too_large(self, uri: str, text: str) -> bool:
         """Whether the text is above maxDocumentKb; said once per document in the log."""
@@ -406,25 +325,20 @@ class LookaheadService:
         if path is None:
             return None
         with self._lock:
-            roots = list(self.folders)
+            roots = list(self.roots)
         return read_unopened(path, roots, self.settings.max_document_kb * 1024)
 
-    def _update_index(self, path: Path | None, update: Callable[[WorkspaceIndex, Path], object]) -> None:
-        """Feeds an editor event to the index of the document's folder, if that index is being
-        kept (it is not without a model to tokenize with)."""
+    def _editor_text(self, path: Path | None, text: str | None) -> None:
         folder = self.folder_of(path)
-        if folder is None or path is None or folder.thread is None:
-            return
-        try:
-            update(folder.index, path)
-        except (ValueError, OSError) as error:
-            self.client.log(logging.WARNING, f"index not updated for {path}: {error}")
+        if folder is not None and path is not None:
+            folder.editor_text(path, text)
 
     def disk_event(self, path: Path, kind: str) -> None:
-        """A file event the editor reported (workspace/didChangeWatchedFiles)."""
+        """A file event the editor reported (workspace/didChangeWatchedFiles): "created",
+        "changed" or "deleted"."""
         folder = self.folder_of(path)
-        if folder is not None and folder.watcher is not None:
-            folder.watcher.notify(path, kind)  # type: ignore[arg-type]
+        if folder is not None:
+            folder.disk_event(path, "deleted" if kind == "deleted" else "changed")
 
     # -- completions ---------------------------------------------------------------------------
 
@@ -484,8 +398,8 @@ class LookaheadService:
         folder = self.folder_of(path)
         if folder is None:
             return DraftCaches()
-        self._refresh_static(folder)
-        return DraftCaches(folder.index.cache, folder.static)
+        dynamic, static = folder.caches()
+        return DraftCaches(dynamic, static)
 
     def note_cancelled(self) -> None:
         self.counters.cancelled += 1
@@ -517,30 +431,33 @@ class LookaheadService:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            folders = list(self.folders.values())
+            roots = list(self.roots)
+            folders = [self.folders.get(root) for root in roots]
             model = str(self._model_path) if self._model_path else None
             error = self._engine_error
             loading = not self._engine_ready.is_set()
+        statuses = [f.status() for f in folders if f is not None]
         totals = {"files": 0, "tokens": 0, "ngrams": 0}
         indexing = False
-        for folder in folders:
-            s = folder.index.status()
-            totals["files"] += s.files
-            totals["tokens"] += s.tokens
-            totals["ngrams"] += s.ngrams
-            # Until its first indexing ends a folder counts as indexing, also while it waits for
-            # the model or for its thread to start; only a model that failed to load leaves it
-            # unindexed for good. Later rescans show in the index's own state.
-            pending = not folder.indexed.is_set() and error is None
-            indexing = indexing or s.state == "indexing" or pending
-        statics = [str(f.static_path) for f in folders if f.static is not None]
+        for status in statuses:
+            totals["files"] += status.index.files
+            totals["tokens"] += status.index.tokens
+            totals["ngrams"] += status.index.ngrams
+            indexing = indexing or status.index.state == "indexing" or not status.indexed
+        # Until its first indexing ends a folder counts as indexing, also while it waits for
+        # the model; only a model that failed to load leaves it unindexed for good. Later
+        # rescans show in the index's own state.
+        if len(statuses) < len(roots) and error is None:
+            indexing = True
+        by_root = {status.root: status for status in statuses}
+        statics = [str(status.static_cache) for status in statuses if status.static_cache is not None]
         return {
             "version": __version__,
             "model": model,
             "model_state": "loading" if loading else ("error" if error else "ready"),
             "model_error": error,
             "index": {**totals, "state": "indexing" if indexing or loading else "ready"},
-            "folders": [_folder_status(f) for f in folders],
+            "folders": [_folder_status(root, by_root.get(root)) for root in roots],
             "static_cache": statics[0] if statics else None,
             "completions": {
                 "served": self.counters.served,
@@ -553,26 +470,16 @@ class LookaheadService:
         }
 
 
-def _folder_status(folder: Folder) -> dict[str, Any]:
+def _folder_status(root: Path, status: FolderStatus | None) -> dict[str, Any]:
     """A folder's root, static cache in use, and how its watcher learns of changes (watching
-    events, or polling and why)."""
-    watcher = folder.watcher.status if folder.watcher is not None else WatcherStatus("stopped")
+    events, or polling and why; stopped until it is indexed)."""
+    if status is None:
+        return {"root": str(root), "static_cache": None, "watcher": {"mode": "stopped", "reason": ""}}
     return {
-        "root": str(folder.root),
-        "static_cache": str(folder.static_path) if folder.static is not None else None,
-        "watcher": {"mode": watcher.mode, "reason": watcher.reason},
+        "root": str(root),
+        "static_cache": str(status.static_cache) if status.static_cache is not None else None,
+        "watcher": {"mode": status.watcher.mode, "reason": status.watcher.reason},
     }
-
-
-def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
-
-
-def _file_stamp(path: Path) -> tuple[int, int, int, int] | None:
-    try:
-        return _stamp(path.stat())
-    except OSError:
-        return None
 
 
 def _close(engine: Engine) -> Answer:

@@ -1,0 +1,285 @@
+"""One workspace folder, kept current: its index (loaded from the saved copy, then brought in
+line with the files), the watcher that follows the disk, the static cache drafting reads, and
+the folder's own thread.
+
+The thread indexes the folder once, starts the watcher, then applies the editor's text. The
+editor's text enters through a queue that keeps the latest text per path (None: the document
+was closed, back to the disk's content): recording it is all the caller's thread does, so a
+keystroke costs nothing there whatever the file's size; the thread tokenizes each document once
+per batch, `debounce_s` after the batch's first change. Completions carry their document's text
+themselves, so only the index lags, by about the debounce."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache
+from lookahead_lsp.errors import UserError
+from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.workspace.index import IndexProgress, IndexSettings, IndexStatus, WorkspaceIndex
+from lookahead_lsp.workspace.store import store_path_for
+from lookahead_lsp.workspace.watcher import EventKind, WatcherStatus, WorkspaceWatcher
+
+STATIC_CACHE_NAME = Path(".lookahead") / "static.cache"
+
+
+class FolderClient(Protocol):
+    """Where a folder reports to the user; called from the folder's thread."""
+
+    def log(self, level: int, message: str) -> None: ...
+    def show(self, level: int, message: str) -> None: ...
+    def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class FolderSettings:
+    """ignore: the user's ignore patterns; static_cache: the configured static cache (None:
+    .lookahead/static.cache in the folder); cache_dir: where the saved index goes (None: the
+    default); debounce_s: how long the editor's changes collect before they are indexed."""
+
+    ignore: tuple[str, ...] = ()
+    static_cache: Path | None = None
+    cache_dir: Path | None = None
+    debounce_s: float = 0.15
+
+
+@dataclass(frozen=True)
+class FolderStatus:
+    """indexed: the first indexing has ended (or failed); static_cache: the one in use."""
+
+    root: Path
+    index: IndexStatus
+    indexed: bool
+    static_cache: Path | None
+    watcher: WatcherStatus
+
+
+class WorkspaceFolder:
+    """A folder indexed with `tokenizer`, whose vocabulary fingerprint is `fingerprint`.
+    tokenizer_lock guards the tokenizer, shared by every folder. start() once, stop() once."""
+
+    def __init__(
+        self,
+        root: Path,
+        tokenizer: Tokenizer,
+        tokenizer_lock: threading.Lock,
+        fingerprint: int,
+        client: FolderClient,
+        settings: FolderSettings,
+    ) -> None:
+        self.root = root
+        self.tokenizer = tokenizer
+        self._fingerprint = fingerprint
+        self._client = client
+        self._settings = settings
+        self.index = WorkspaceIndex(
+            tokenizer.n_vocab,
+            root=root,
+            tokenizer_lock=tokenizer_lock,
+            settings=IndexSettings(ignore=settings.ignore),
+        )
+        self._watcher: WorkspaceWatcher | None = None
+        self._thread = threading.Thread(target=self._run, name=f"folder {root.name}", daemon=True)
+        self._indexed = threading.Event()
+        # The editor's latest text per path, and when the batch's first one came.
+        self._condition = threading.Condition()
+        self._edits: dict[Path, str | None] = {}
+        self._batch_started: float | None = None
+        self._stopping = False
+        # The static cache is (re)opened off the event loop (verify reads it all) before
+        # indexing or the next completion needs it: at first, after a settings change, when
+        # its file changed on disk.
+        self._static_lock = threading.Lock()
+        self._static: StaticCache | None = None
+        self._static_path: Path | None = None
+        self._static_stale = True
+        self._static_stamp: tuple[int, int, int, int] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, save: bool) -> None:
+        """Stops the thread and the watcher (editor text not yet indexed is dropped) and saves
+        the index when `save`."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._watcher is not None:
+            self._watcher.stop()
+        if save:
+            try:
+                self.index.save(store_path_for(self.root, self._settings.cache_dir), self._fingerprint)
+            except OSError as error:
+                self._client.log(logging.WARNING, f"cannot save the index of {self.root}: {error}")
+        # Not closed: a completion may still draft with it; the last reference frees it.
+        self._static = None
+
+    # -- events --------------------------------------------------------------------------------
+
+    def editor_text(self, path: Path, text: str | None) -> None:
+        """The editor's text of a document in the folder (None: closed, back to the disk's
+        content). Only recorded here; the folder's thread indexes it."""
+        with self._condition:
+            if self._stopping:
+                return
+            self._edits[path] = text
+            if self._batch_started is None:
+                self._batch_started = time.monotonic()
+                self._condition.notify_all()
+
+    def disk_event(self, path: Path, kind: EventKind) -> None:
+        """A file event the editor reported (workspace/didChangeWatchedFiles)."""
+        if self._watcher is not None:
+            self._watcher.notify(path, kind)
+
+    def set_static_cache(self, configured: Path | None) -> None:
+        """The static cache setting changed: reopened before its next use."""
+        with self._static_lock:
+            self._settings = FolderSettings(
+                self._settings.ignore, configured, self._settings.cache_dir, self._settings.debounce_s
+            )
+            self._static_stale = True
+
+    # -- readers -------------------------------------------------------------------------------
+
+    def caches(self) -> tuple[NgramCache, StaticCache | None]:
+        """The folder's index and static cache for drafting. It may open the static cache
+        again (reading it all): call it off the event loop."""
+        self._refresh_static()
+        return self.index.cache, self._static
+
+    def status(self) -> FolderStatus:
+        watcher = self._watcher.status if self._watcher is not None else WatcherStatus("stopped")
+        static = self._static_path if self._static is not None else None
+        return FolderStatus(self.root, self.index.status(), self._indexed.is_set(), static, watcher)
+
+    # -- the folder's thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._index_once()
+        except (OSError, UserError, ValueError, RuntimeError) as error:
+            self._client.show(logging.WARNING, f"lookahead-lsp: cannot index {self.root}: {error}")
+        finally:
+            self._indexed.set()
+        while (edits := self._next_edits()) is not None:
+            self._apply(edits)
+
+    def _index_once(self) -> None:
+        token = f"lookahead-index-{id(self)}"
+        self._refresh_static()
+        self.index.load(store_path_for(self.root, self._settings.cache_dir), self._fingerprint)
+        title = f"Indexing {self.root.name}"
+        self._client.progress(token, title, "listing files", 0, False)
+
+        def report(p: IndexProgress) -> None:
+            percent = 100 * p.bytes_done // p.bytes_total if p.bytes_total else 100
+            self._client.progress(token, title, f"{p.files_done}/{p.files_total} files", percent, False)
+
+        stats = self.index.index_folder(tokenizer=self.tokenizer, progress=report, cancelled=self._is_stopping)
+        status = self.index.status()
+        self._client.progress(token, title, f"{status.files} files, {status.tokens} tokens", 100, True)
+        self._client.log(
+            logging.INFO,
+            f"indexed {self.root}: {status.files} files ({stats.tokenized} tokenized, "
+            f"{stats.unchanged} unchanged) in {stats.seconds:.1f} s",
+        )
+        if self._is_stopping():
+            return
+        # Documents opened meanwhile: the editor's text wins over the disk's.
+        with self._condition:
+            edits, self._edits, self._batch_started = self._edits, {}, None
+        self._apply(edits)
+        watcher = WorkspaceWatcher(self.index)
+        watcher.start()
+        self._watcher = watcher
+
+    def _next_edits(self) -> dict[Path, str | None] | None:
+        """The next batch of editor text, `debounce_s` after its first change; None when
+        stopping."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._stopping or self._batch_started is not None)
+            if self._batch_started is not None and not self._stopping:
+                remaining = self._batch_started + self._settings.debounce_s - time.monotonic()
+                self._condition.wait_for(lambda: self._stopping, timeout=max(remaining, 0.0))
+            if self._stopping:
+                return None
+            edits, self._edits, self._batch_started = self._edits, {}, None
+            return edits
+
+    def _apply(self, edits: dict[Path, str | None]) -> None:
+        for path, text in edits.items():
+            if self._is_stopping():
+                return
+            try:
+                if text is None:
+                    self.index.close_document(path)
+                else:
+                    self.index.change_document(path, text)
+            except Exception as error:  # the thread outlives any one document
+                self._client.log(logging.WARNING, f"index not updated for {path}: {error}")
+
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
+    # -- the static cache ----------------------------------------------------------------------
+
+    def _refresh_static(self) -> None:
+        """(Re)opens the static cache when it is stale or its file changed on disk (one that
+        was missing or refused included)."""
+        with self._static_lock:
+            path = self._settings.static_cache or self.root / STATIC_CACHE_NAME
+            if self._static is not None:
+                changed = self._static.changed_on_disk()
+            else:
+                changed = _file_stamp(path) != self._static_stamp
+            if self._static_stale or changed:
+                self._static_stale = False
+                self._open_static(path)
+
+    def _open_static(self, path: Path) -> None:
+        """Opens and verifies the static cache before drafting uses it. The one it replaces is
+        not closed: a completion may still hold it."""
+        self._static, self._static_path, self._static_stamp = None, None, None
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            if self._settings.static_cache is not None:
+                self._client.show(logging.WARNING, f"lookahead-lsp: static cache not found: {path}")
+            return
+        except OSError as error:
+            self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path}: {error.strerror}")
+            return
+        self._static_stamp = _stamp(info)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the open, a device never end
+            self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} is not a regular file")
+            return
+        try:
+            cache = StaticCache.open(str(path), self.tokenizer.n_vocab, self._fingerprint)
+            cache.verify()
+        except CacheError as error:
+            self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {error}")
+            return
+        self._static, self._static_path = cache, path
+
+
+def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        return _stamp(path.stat())
+    except OSError:
+        return None
