@@ -41,53 +41,67 @@ def _error(peer: Peer, request_id: object) -> dict[str, object]:
     return error
 
 
-def test_every_bad_request_is_answered(server: tuple[subprocess.Popen[bytes], Peer]) -> None:
-    process, peer = server
-    peer.send(request(1, "lookahead/status"))
-    assert _error(peer, 1)["code"] == -32002  # before initialize
-    peer.send(initialize(2))
-    assert "capabilities" in peer.response(2)["result"]
+def _initialized(server: tuple[subprocess.Popen[bytes], Peer]) -> Peer:
+    _, peer = server
+    peer.send(initialize(1))
+    assert "capabilities" in peer.response(1)["result"]
+    return peer
 
+
+def test_params_that_fail_validation_get_invalid_params(server: tuple[subprocess.Popen[bytes], Peer]) -> None:
+    peer = _initialized(server)
     position = {"line": -1, "character": 0}
-    peer.send(_inline(3, {"textDocument": {"uri": URI}, "position": position, "context": {"triggerKind": 1}}))
-    negative = _error(peer, 3)
+    peer.send(_inline(2, {"textDocument": {"uri": URI}, "position": position, "context": {"triggerKind": 1}}))
+    negative = _error(peer, 2)
     assert negative["code"] == -32602 and "line" in str(negative["message"])
-
-    peer.send(_inline(4, {"textDocument": {"uri": URI}, "context": {"triggerKind": 1}}))
-    missing = _error(peer, 4)
+    peer.send(_inline(3, {"textDocument": {"uri": URI}, "context": {"triggerKind": 1}}))
+    missing = _error(peer, 3)
     assert missing["code"] == -32602 and "position" in str(missing["message"])
+    # A bad notification is not answered, and loses nothing after it.
+    peer.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {}}})
+    peer.send(request(4, "lookahead/status"))
+    assert "index" in peer.response(4)["result"]
 
-    peer.send(_inline(5, "a string"))
-    assert _error(peer, 5)["code"] == -32600
-    peer.send({"jsonrpc": "2.0", "id": 6, "method": 42})
-    assert _error(peer, 6)["code"] == -32600
-    peer.send({"jsonrpc": "1.0", "id": 7, "method": "lookahead/status"})
-    assert _error(peer, 7)["code"] == -32600
+
+def test_malformed_messages_get_invalid_request_or_parse_error(server: tuple[subprocess.Popen[bytes], Peer]) -> None:
+    peer = _initialized(server)
+    peer.send(_inline(2, "a string"))
+    assert _error(peer, 2)["code"] == -32600
+    peer.send({"jsonrpc": "2.0", "id": 3, "method": 42})
+    assert _error(peer, 3)["code"] == -32600
+    peer.send({"jsonrpc": "1.0", "id": 4, "method": "lookahead/status"})
+    assert _error(peer, 4)["code"] == -32600
     peer.send({"jsonrpc": "2.0", "id": {"an": "object"}, "method": "lookahead/status"})
     assert _error(peer, None)["code"] == -32600
-    peer.send([request(8, "lookahead/status")])  # a batch
+    peer.send([request(5, "lookahead/status")])  # a batch
     assert _error(peer, None)["code"] == -32600
     peer.send(b"Content-Length: 9\r\n\r\nnot json!")
     assert _error(peer, None)["code"] == -32700
-    # A bad notification is not answered, and nothing else is lost.
-    peer.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {}}})
-    peer.send(request(9, "no/such/method"))
-    assert _error(peer, 9)["code"] == -32601
-    peer.send(request(10, "lookahead/status"))
-    assert "index" in peer.response(10)["result"]
+    peer.send(request(6, "no/such/method"))
+    assert _error(peer, 6)["code"] == -32601
+    peer.send(request(7, "lookahead/status"))
+    assert "index" in peer.response(7)["result"]
 
-    peer.send(request(11, "shutdown"))
-    assert peer.response(11)["result"] is None
-    peer.send(request(12, "lookahead/status"))
-    assert _error(peer, 12)["code"] == -32600  # after shutdown
+
+def test_requests_before_initialize_and_after_shutdown_are_answered(
+    server: tuple[subprocess.Popen[bytes], Peer],
+) -> None:
+    process, peer = server
+    peer.send(request(1, "lookahead/status"))
+    assert _error(peer, 1)["code"] == -32002
+    peer.send(initialize(2))
+    assert "capabilities" in peer.response(2)["result"]
+    peer.send(request(3, "shutdown"))
+    assert peer.response(3)["result"] is None
+    peer.send(request(4, "lookahead/status"))
+    assert _error(peer, 4)["code"] == -32600
     peer.send({"jsonrpc": "2.0", "method": "exit"})
     assert process.wait(timeout=60) == 0
 
 
 def test_a_huge_content_length_is_skipped(server: tuple[subprocess.Popen[bytes], Peer]) -> None:
-    process, peer = server
-    peer.send(initialize(1))
-    peer.response(1)
+    process, _ = server
+    peer = _initialized(server)
     # Neither allocated nor waited for: the next well-formed request is answered.
     peer.send(b"Content-Length: 1000000000000\r\n\r\n")
     peer.send(request(2, "lookahead/status"))
@@ -98,9 +112,7 @@ def test_a_huge_content_length_is_skipped(server: tuple[subprocess.Popen[bytes],
 
 
 def test_a_content_length_larger_than_its_body_swallows_nothing(server: tuple[subprocess.Popen[bytes], Peer]) -> None:
-    _, peer = server
-    peer.send(initialize(1))
-    peer.response(1)
+    peer = _initialized(server)
     # The first frame claims 40 bytes more than it has: they belong to the next frame.
     peer.send(frame(request(2, "lookahead/status"), extra=40) + frame(request(3, "lookahead/status")))
     peer.send(frame(request(4, "lookahead/status")))

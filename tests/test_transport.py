@@ -4,12 +4,14 @@ garbage are each refused, and the daemon goes on serving the next client."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +166,19 @@ def test_scans_http_and_garbage_never_end_the_daemon(daemon: Daemon) -> None:
         assert "index" in _status(peer, 2)
 
 
+def test_a_silent_connection_neither_blocks_a_client_nor_stays(daemon: Daemon) -> None:
+    with daemon.connect() as silent:
+        # Connected, saying nothing: the editor still gets in meanwhile.
+        sock, peer = daemon.client()
+        with sock:
+            peer.send(request(2, "lookahead/status"))
+            assert "index" in _status(peer, 2)
+        started = time.monotonic()
+        assert Peer.over_socket(silent).closed_without_answer(timeout=60)
+        assert time.monotonic() - started < 30
+    assert "no initialize request within" in daemon.log.read_text()
+
+
 def test_exit_ends_the_session_not_the_daemon(daemon: Daemon) -> None:
     sock, peer = daemon.client()
     with sock:
@@ -218,6 +233,30 @@ def test_unix_socket(tmp_path: Path) -> None:
     assert not path.exists()  # removed on the way out
 
 
+def test_a_socket_left_by_a_dead_daemon_is_replaced(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "lookahead.sock"
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(path))  # closed without removing it, as a killed daemon leaves it
+    log = tmp_path / "serve.log"
+    with log.open("wb") as log_file, subprocess.Popen(
+        serve_command(tmp_path / "cache", "--socket", str(path)),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=no_model_env(tmp_path),
+    ) as process:
+        try:
+            wait_for_line(log, "listening on", process)
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(30)
+                sock.connect(str(path))
+                peer = Peer.over_socket(sock)
+                peer.send(initialize(1))
+                assert "capabilities" in peer.response(1)["result"]
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+
+
 @pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770])
 def test_a_socket_in_a_folder_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
     folder = tmp_path / "shared"
@@ -241,3 +280,78 @@ def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and "can be read by others" in done.stderr
     assert token_file.read_text() == "A" * 43  # neither used nor replaced
+
+
+# Neovim 0.11 and later, configured as the README tells (vim.lsp.rpc.connect for the transport,
+# the token read from its file into init_options): the client asks for the status, then quits
+# (shutdown, exit), which ends its session and not the daemon.
+NEOVIM_INIT = r"""
+local env = vim.env
+local cmd, init_options
+if env.LOOKAHEAD_PORT then
+  cmd = vim.lsp.rpc.connect('127.0.0.1', tonumber(env.LOOKAHEAD_PORT))
+  init_options = { token = vim.fn.readfile(env.LOOKAHEAD_TOKEN_FILE)[1] }
+else
+  cmd = vim.lsp.rpc.connect(env.LOOKAHEAD_SOCKET)
+end
+vim.lsp.config('lookahead', { cmd = cmd, filetypes = { 'python' }, root_markers = { '.git' }, init_options = init_options })
+vim.lsp.enable('lookahead')
+vim.api.nvim_create_autocmd('VimEnter', { once = true, nested = true, callback = function()
+  vim.cmd('edit ' .. env.LOOKAHEAD_FILE)
+  local buf = vim.api.nvim_get_current_buf()
+  vim.wait(30000, function() return #vim.lsp.get_clients({ bufnr = buf, name = 'lookahead' }) > 0 end, 50)
+  local client = vim.lsp.get_clients({ bufnr = buf, name = 'lookahead' })[1]
+  local response = client and client:request_sync('lookahead/status', {}, 30000, buf)
+  local out = io.open(env.LOOKAHEAD_OUT, 'w')
+  out:write(vim.fn.json_encode({ status = response and response.result or vim.NIL }))
+  out:close()
+  vim.cmd('qa!')
+end })
+"""
+
+
+def _current_neovims() -> list[Path]:
+    from test_neovim import _neovims, _version
+
+    return [nvim for nvim in _neovims() if _version(nvim) >= (0, 11)]
+
+
+@pytest.mark.parametrize("transport", ["tcp", "socket"])
+@pytest.mark.parametrize("nvim", _current_neovims() or [None], ids=lambda path: str(path))
+def test_neovim_connects_over_a_socket(nvim: Path | None, transport: str, tmp_path: Path) -> None:
+    if nvim is None:
+        pytest.skip("no Neovim 0.11 or later (make test installs one)")
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "a.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "init.lua").write_text(NEOVIM_INIT)
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {**os.environ, "LOOKAHEAD_FILE": str(project / "a.py"), "LOOKAHEAD_OUT": str(tmp_path / "out.json"),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    if transport == "tcp":
+        where = ["--tcp", "127.0.0.1:0", "--token-file", str(run / "token")]
+    else:
+        where = ["--socket", str(run / "lookahead.sock")]
+        env["LOOKAHEAD_SOCKET"] = str(run / "lookahead.sock")
+    log = tmp_path / "serve.log"
+    with log.open("wb") as log_file, subprocess.Popen(
+        serve_command(tmp_path / "cache", *where),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=no_model_env(tmp_path),
+    ) as process:
+        try:
+            address = wait_for_line(log, r"listening on 127\.0\.0\.1:(\d+)|listening on /", process)
+            if transport == "tcp":
+                env |= {"LOOKAHEAD_PORT": address[1], "LOOKAHEAD_TOKEN_FILE": str(run / "token")}
+            for _ in range(2):  # the second Neovim finds the daemon its first one left
+                done = subprocess.run(
+                    [nvim, "--headless", "-n", "-i", "NONE", "--noplugin", "-u", str(tmp_path / "init.lua")],
+                    env=env, capture_output=True, text=True, timeout=120, check=False,
+                )
+                answer = json.loads((tmp_path / "out.json").read_text())
+                assert "index" in answer["status"], (answer, done.stderr)
+                (tmp_path / "out.json").unlink()
+            assert process.poll() is None and " refused " not in log.read_text()
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
