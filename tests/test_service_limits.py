@@ -131,6 +131,29 @@ def test_closing_a_document_forgets_its_suggestions(loaded: tuple[LookaheadServi
     service.close_document(uri, None)
 
 
+def test_recently_edited_documents_join_the_prompt(loaded: tuple[LookaheadService, Recorder]) -> None:
+    service, _ = loaded
+    uri, other = "untitled:Totals", "untitled:Rates"
+    text = "def total(items):\n    return sum(item.price for item in items)\n\n\ndef average(items):\n"
+
+    def prompt_tokens() -> int:
+        service.open_document(uri, None, text)
+        answer = service.complete(uri, None, text, len(text), "python", invoked=True).result(timeout=WAIT_S)
+        assert answer is not None and answer.source == "model" and service.last is not None
+        service.close_document(uri, None)  # its suggestion forgotten: the next one asks the model
+        return int(service.last["prompt_tokens"])
+
+    alone = prompt_tokens()
+    rates = "".join(f"RATE_{i} = {i} / 100\n" for i in range(60))
+    service.open_document(other, None, rates)
+    service.change_document(other, None, rates, 30)  # the lines around line 30 join the prompt
+    try:
+        assert prompt_tokens() > alone
+    finally:
+        service.close_document(other, None)
+    assert prompt_tokens() == alone
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_a_static_cache_that_is_not_a_file_is_skipped(
     loaded: tuple[LookaheadService, Recorder], tmp_path: Path

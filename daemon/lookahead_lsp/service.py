@@ -76,8 +76,11 @@ class _IndexTokenizer:
     fingerprint: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Document:
+    """An open document's editor text; replaced, never changed, so a completion on the worker
+    may read one it was handed while the editor goes on."""
+
     path: Path | None
     text: str  # empty for a document above the size cap
     edited_line: int = 0
@@ -359,17 +362,22 @@ class LookaheadService:
             done.set_result(Answer(cached, "cache"))
             return done
         settings = self.settings
-        request = CompletionRequest(prefix, suffix, self._relative(path, uri), self._recent_chunks(uri),
-                                    self._repository(path))
+        # The other documents as they are now; their lines are cut out on the worker.
+        recent = [(other, doc) for other, doc in reversed(self.documents.items()) if other != uri and not doc.oversized]
         options = DecodeOptions(
             draft=settings.draft,
             max_tokens=settings.max_tokens,
             time_budget_ms=settings.time_budget_ms,
             windows=PromptWindows(settings.prefix_tokens, settings.suffix_tokens, settings.extra_context_tokens),
         )
-        return self.worker.submit(
-            uri, lambda cancel: self._run(uri, path, request, options, cancel), debounce=not invoked
-        )
+
+        def run(cancel: CancelToken) -> Answer:
+            request = CompletionRequest(
+                prefix, suffix, self._relative(path, uri), self._recent_chunks(recent), self._repository(path)
+            )
+            return self._run(uri, path, request, options, cancel)
+
+        return self.worker.submit(uri, run, debounce=not invoked)
 
     def _run(
         self, uri: str, path: Path | None, request: CompletionRequest, options: DecodeOptions, cancel: CancelToken
@@ -414,12 +422,13 @@ class LookaheadService:
         folder = self.folder_of(path)
         return folder.root.name if folder is not None else ""
 
-    def _recent_chunks(self, uri: str) -> tuple[ContextChunk, ...]:
-        """Lines around the last edit of the most recently edited other documents."""
+    def _recent_chunks(self, recent: list[tuple[str, _Document]]) -> tuple[ContextChunk, ...]:
+        """Lines around the last edit of the most recently edited other documents (`recent`,
+        latest first). Splits whole documents: on the worker, not the event loop."""
         chunks: list[ContextChunk] = []
-        for other, doc in reversed(self.documents.items()):
-            if other == uri or doc.oversized or len(chunks) >= _RECENT_DOCUMENTS:
-                continue
+        for other, doc in recent:
+            if len(chunks) >= _RECENT_DOCUMENTS:
+                break
             lines = doc.text.splitlines(keepends=True)
             start = max(0, doc.edited_line - _CONTEXT_LINES)
             text = "".join(lines[start : doc.edited_line + _CONTEXT_LINES])
