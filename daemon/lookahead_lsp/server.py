@@ -308,8 +308,7 @@ async def _answer(
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         # $/cancelRequest, or the client went away: stop the model's work for it too.
-        ls.service.worker.cancel_job(future)
-        ls.service.note_cancelled()
+        ls.service.cancel(future)
         raise
     except Exception as error:  # a failed completion answers nothing; the daemon goes on
         _LOG.error("completion failed: %s", error)

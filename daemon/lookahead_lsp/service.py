@@ -409,7 +409,10 @@ class LookaheadService:
         dynamic, static = folder.caches()
         return DraftCaches(dynamic, static)
 
-    def note_cancelled(self) -> None:
+    def cancel(self, future: Future[Answer | None]) -> None:
+        """The editor cancelled the request `complete` returned `future` for: its model work
+        stops, and no newer request for the document goes with it."""
+        self.worker.cancel_job(future)
         self.counters.cancelled += 1
 
     def _relative(self, path: Path | None, uri: str) -> str:
