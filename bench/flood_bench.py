@@ -99,7 +99,11 @@ async def flood(args: argparse.Namespace) -> dict[str, Any]:
         types.InitializeParams(
             capabilities=caps,
             workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
-            initialization_options={"maxTokens": 16, "debounceMs": 0},
+            # Short prompts and completions: the flood tests the daemon's bookkeeping, and each
+            # completion still runs the real model.
+            initialization_options={
+                "maxTokens": 8, "debounceMs": 0, "prefixTokens": 64, "suffixTokens": 16, "extraContextTokens": 0,
+            },
         )
     )
     client.initialized(types.InitializedParams())
