@@ -24,6 +24,7 @@ export interface LookaheadSettings {
   ignoreGlobs: string[];
   threads: number | null;
   gpuLayers: number;
+  maxDocumentKb: number;
   debounceMs: number;
   disabledLanguages: string[];
 }
@@ -45,6 +46,7 @@ export const DEFAULT_SETTINGS: Readonly<LookaheadSettings> = Object.freeze({
   ignoreGlobs: [],
   threads: null,
   gpuLayers: -1,
+  maxDocumentKb: 1024,
   debounceMs: 75,
   disabledLanguages: [],
 });
@@ -85,6 +87,7 @@ export function readSettings(get: (key: string) => unknown): LookaheadSettings {
     ignoreGlobs: strings(get('ignoreGlobs'), d.ignoreGlobs),
     threads: typeof threads === 'number' && threads >= 1 ? Math.round(threads) : null,
     gpuLayers: Math.max(-1, integer(get('gpuLayers'), d.gpuLayers)),
+    maxDocumentKb: Math.min(65536, Math.max(1, integer(get('maxDocumentKb'), d.maxDocumentKb))),
     debounceMs: Math.max(0, integer(get('debounceMs'), d.debounceMs)),
     disabledLanguages: strings(get('disabledLanguages'), d.disabledLanguages),
   };
@@ -293,6 +296,7 @@ export function toInitializationOptions(s: LookaheadSettings): Record<string, un
     ignoreGlobs: [...s.ignoreGlobs],
     threads: s.threads,
     gpuLayers: s.gpuLayers,
+    maxDocumentKb: s.maxDocumentKb,
     disabledLanguages: [...s.disabledLanguages],
   };
 }

@@ -255,7 +255,7 @@ describe('settings sent to the daemon', () => {
   it('uses the daemon keys only, with empty paths as null', () => {
     const opts = toInitializationOptions(settings({ maxTokens: 32, draft: 'lookahead', ignoreGlobs: ['*.min.js'], threads: 4 }));
     assert.deepEqual(Object.keys(opts).sort(), [
-      'contextSize', 'disabledLanguages', 'draft', 'extraContextTokens', 'gpuLayers', 'ignoreGlobs', 'maxTokens', 'modelPath',
+      'contextSize', 'disabledLanguages', 'draft', 'extraContextTokens', 'gpuLayers', 'ignoreGlobs', 'maxDocumentKb', 'maxTokens', 'modelPath',
       'prefixTokens', 'staticCachePath', 'suffixTokens', 'threads', 'timeBudgetMs',
     ]);
     assert.equal(opts.maxTokens, 32);
@@ -265,6 +265,13 @@ describe('settings sent to the daemon', () => {
     assert.deepEqual(opts.ignoreGlobs, ['*.min.js']);
     assert.equal(opts.threads, 4);
     assert.equal(opts.gpuLayers, -1); // the daemon's default: every layer on the GPU when there is one
+  });
+
+  it('passes maxDocumentKb as set, clamped to the range the daemon accepts', () => {
+    assert.equal(toInitializationOptions(readSettings(() => undefined)).maxDocumentKb, 1024);
+    assert.equal(toInitializationOptions(readSettings((k) => (k === 'maxDocumentKb' ? 4096 : undefined))).maxDocumentKb, 4096);
+    assert.equal(readSettings((k) => (k === 'maxDocumentKb' ? 0 : undefined)).maxDocumentKb, 1);
+    assert.equal(readSettings((k) => (k === 'maxDocumentKb' ? 10 ** 9 : undefined)).maxDocumentKb, 65536);
   });
 
   it('passes gpuLayers as set, and falls back to the default for a value the daemon refuses', () => {
