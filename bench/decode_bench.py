@@ -507,6 +507,7 @@ def replay_only(args: argparse.Namespace, model: Path, tasks: list[Task], cache_
             engine.last = None
             truth = engine.complete(request_of(task), options_of("none", args.max_tokens), DraftCaches()).tokens
             truths.put(task, truth)
+            print(f"truth decoded: {task.name}", file=sys.stderr, flush=True)
         replay_tasks.append(replay_task(engine, task, truth, workspaces, args.max_tokens))
     curve = engine.cost_model if args.cost == "measured" else parse_curve(args.cost)
     engine.close()

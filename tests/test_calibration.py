@@ -31,10 +31,10 @@ def _engine(model: Path, cache_dir: Path) -> Engine:
     return Engine(EngineSettings(model, n_ctx=512, n_threads=1, cache_dir=cache_dir))
 
 
-def _auto(engine: Engine, key: str | None = None) -> int:
+def _auto(engine: Engine, key: str | None = None, max_tokens: int = 24) -> int:
     """Drafted tokens of one auto completion."""
     engine.last = None
-    options = DecodeOptions(draft="auto", max_tokens=24, stop_rules=False, speculation_key=key)
+    options = DecodeOptions(draft="auto", max_tokens=max_tokens, stop_rules=False, speculation_key=key)
     return engine.complete(REPETITIVE, options).stats.drafted
 
 
@@ -76,7 +76,7 @@ def test_what_auto_learnt_is_there_after_a_restart(model: Path, tmp_path: Path) 
         lambda text: text[: len(text) // 2],  # truncated
         lambda text: "\x00\xff garbage",
         lambda text: text.replace('"version": 1', '"version": 99'),
-        lambda text: text.replace('"acceptance": [', '"acceptance": [[0, 1, 0, 0, 0.5, 7, 3], '),  # accepted > tried
+        lambda text: text.replace('"acceptance": [', '"acceptance": [[0, 1, 0, 0, 0, 0.5, 7, 3], '),  # accepted > tried
         lambda text: text.replace('"level": ', '"level": 1e308, "x": '),
     ],
     ids=["truncated", "garbage", "other-version", "accepted-above-tried", "level-out-of-range"],
@@ -107,17 +107,17 @@ def test_the_first_request_after_a_start_obeys_the_guard(model: Path, tmp_path: 
     cache = tmp_path / "cache"
     engine = _engine(model, cache)
     try:
-        assert _auto(engine, "slow-here") > 0
         # Speculative passes of this key took far longer per token than plain ones.
         plain = engine.policy.cost.pass_ms(1)
-        for _ in range(3):
+        for _ in range(20):
             engine.policy.guard.record("slow-here", 100 * plain, 2, plain)
     finally:
         engine.close()
     restarted = _engine(model, cache)
     try:
-        assert _auto(restarted, "slow-here") == 0
-        assert _auto(restarted, "elsewhere") > 0
+        # Eight passes at most: too few for a probe, every pass is plain.
+        assert _auto(restarted, "slow-here", max_tokens=8) == 0
+        assert _auto(restarted, "elsewhere", max_tokens=8) > 0
     finally:
         restarted.close()
 
@@ -126,7 +126,7 @@ def test_timings_of_another_machine_are_dropped_and_acceptance_kept(model: Path)
     identity = model_identity(model)
     here, there = {"cpu": "a", "threads": 2}, {"cpu": "b", "threads": 2}
     calibration = Calibration(level=0.3, offsets={1: 0.1, 4: -0.05})
-    calibration.acceptance.buckets[(0, 4, 3, 3)] = AcceptanceBucket(0.8, 9.0, 10.0)
+    calibration.acceptance.buckets[(0, 4, 3, 3, 0)] = AcceptanceBucket(0.8, 9.0, 10.0)
     calibration.guard.states[".py"] = GuardState(on=False, ms=50.0, tokens=4.0, weight=3.0, held=5)
     data = encode(calibration, identity, here)
     same = decode(data, identity, here)
@@ -138,4 +138,4 @@ def test_timings_of_another_machine_are_dropped_and_acceptance_kept(model: Path)
     assert moved.level == 0.0 and moved.offsets == {} and moved.guard.states == {}
     with pytest.raises(CalibrationError, match="another model"):
         decode(data, {**identity, "size": 1}, here)
-    assert np.isfinite(same.acceptance.buckets[(0, 4, 3, 3)].probability)
+    assert np.isfinite(same.acceptance.buckets[(0, 4, 3, 3, 0)].probability)

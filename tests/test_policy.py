@@ -51,13 +51,13 @@ def test_acceptance_is_learnt_and_forgotten() -> None:
     model = AcceptanceModel()
     row = np.array([[0, 4, 3, 3]], dtype=np.int64)  # context, 4-gram, count 3 of 3
     prior = model.probabilities(row)[0]
-    assert prior == pytest.approx(prior_probability([0, 4, 3, 3]))
+    assert prior == pytest.approx(prior_probability([0, 4, 3, 3], 0))
     for _ in range(20):
         model.observe(row, 1, 0)  # always rejected
     low = model.probabilities(row)[0]
     assert low < 0.2
     for _ in range(200):
-        model.decline(row)
+        model.decline(row, 0)
     assert model.probabilities(row)[0] > low + 0.3  # back towards the prior: tried again later
     for _ in range(20):
         model.observe(np.repeat(row, 3, axis=0), 3, 3)
@@ -152,29 +152,46 @@ def test_online_cost_shrugs_off_an_outlier_and_follows_a_lasting_change() -> Non
 # -- the guard -------------------------------------------------------------------------------
 
 
+def _held_until_probe(guard: SpeculationGuard, key: str) -> int:
+    """Passes held back before the guard lets speculation be probed again."""
+    held = 0
+    while not guard.allows(key):
+        guard.held_back(key)
+        held += 1
+        assert held < 10_000
+    return held
+
+
 def test_guard_backs_off_where_speculation_loses_and_probes_again() -> None:
     guard = SpeculationGuard()
     plain_ms = 10.0  # one token per 10 ms without speculation
-    assert guard.allows(".js")
-    for _ in range(3):  # speculative passes: 24 ms for 2 tokens, 12 ms a token
+    passes = 0
+    while guard.allows(".js"):  # speculative passes: 24 ms for 2 tokens, 12 ms a token
         guard.record(".js", 24.0, 2, plain_ms)
-    assert not guard.allows(".js")
+        passes += 1
+        assert passes <= 20, "speculation that loses 20 % is held back within 20 passes"
+    assert passes >= 4  # a verdict needs more than a couple of passes
     assert guard.allows(".py")  # other keys keep their own record
-    for _ in range(31):
-        guard.held_back(".js")
-        assert not guard.allows(".js")
-    guard.held_back(".js")
-    assert guard.allows(".js")  # a probe after 32 held-back passes
-    for _ in range(3):  # the probe loses too: the next one comes twice as late
+    first = _held_until_probe(guard, ".js")
+    assert first >= 4
+    for _ in range(4):  # the probe loses too: the next one comes later
         guard.record(".js", 30.0, 2, plain_ms)
-    for _ in range(63):
-        guard.held_back(".js")
     assert not guard.allows(".js")
-    guard.held_back(".js")
-    assert guard.allows(".js")
-    for _ in range(3):  # this probe wins (8 ms a token): speculation resumes
+    second = _held_until_probe(guard, ".js")
+    assert second > first
+    for _ in range(4):  # this probe wins (8 ms a token): speculation resumes
         guard.record(".js", 24.0, 3, plain_ms)
     assert guard.allows(".js") and guard.allows(".js")
+
+
+def test_guard_tolerates_chance() -> None:
+    """Speculation that pays on average keeps going through a short run of rejected drafts."""
+    guard = SpeculationGuard()
+    for _ in range(30):
+        guard.record(".py", 14.0, 2, 10.0)  # 7 ms a token against 10
+    for _ in range(3):
+        guard.record(".py", 17.0, 1, 10.0)  # three drafts rejected in a row
+    assert guard.allows(".py")
 
 
 def test_guard_keeps_speculation_that_pays() -> None:
@@ -191,7 +208,7 @@ def test_auto_policy_holds_drafts_back_once_speculative_passes_lose() -> None:
     evidence = np.array([[0, 4, 9, 9]] * 6, dtype=np.int64)  # context 4-grams seen 9 of 9 times
     first = policy.choose(evidence, ".c")
     assert first.length > 0 and not first.held_back
-    for _ in range(3):
+    for _ in range(20):
         policy.record_pass(".c", None, 50.0, first.length + 1, speculative=True)
         policy.record_pass(".c", 1, 1.0, 1, speculative=False)
     held = policy.choose(evidence, ".c")

@@ -20,7 +20,8 @@ from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.tree import PREVIOUS
 
 Evidence = npt.NDArray[np.int64]  # (n, 4): source, n-gram size, count, total
-BucketKey = tuple[int, int, int, int]  # source, n-gram size, count bucket, share bucket
+# source, n-gram size, count bucket, share bucket, depth bucket (the token's place in its draft)
+BucketKey = tuple[int, int, int, int, int]
 
 # Pseudo-observations behind the prior: enough to steady the first decisions, few enough to
 # be overruled within a completion or two.
@@ -33,6 +34,8 @@ _MAX_TRIED = 200.0
 _PREVIOUS_PRIOR = 0.9
 _COUNT_EDGES = (1, 2, 4, 8)  # buckets: 1, 2-3, 4-7, 8+
 _SHARE_EDGES = (0.5, 0.7, 0.85, 0.97)  # buckets by the chosen follower's share of its key
+# Depths 0, 1, 2, 3+: once a draft's first tokens matched, the next ones match more often.
+_MAX_DEPTH_BUCKET = 3
 # The longest draft considered.
 AUTO_MAX_DRAFT = 16
 
@@ -50,11 +53,12 @@ def _bucket(edges: Sequence[float], value: float) -> int:
     return b
 
 
-def bucket_key(row: Sequence[int]) -> BucketKey:
-    """The kind of evidence behind one drafted token (a row of draft_with_evidence)."""
+def bucket_key(row: Sequence[int], depth: int) -> BucketKey:
+    """The kind of evidence behind one drafted token: its row of draft_with_evidence and its
+    place in the draft (0: first)."""
     source, ngram, count, total = (int(x) for x in row)
     share = count / total if total else 0.0
-    return source, ngram, _bucket(_COUNT_EDGES, count), _bucket(_SHARE_EDGES, share)
+    return source, ngram, _bucket(_COUNT_EDGES, count), _bucket(_SHARE_EDGES, share), min(depth, _MAX_DEPTH_BUCKET)
 
 
 def prior_formula(row: Sequence[int]) -> float:
@@ -68,9 +72,9 @@ def prior_formula(row: Sequence[int]) -> float:
     return share * count / (count + 1.0)
 
 
-def prior_probability(row: Sequence[int]) -> float:
-    """Before any observation: the fitted prior of the row's bucket, else prior_formula."""
-    return FITTED_PRIORS.get(bucket_key(row), prior_formula(row))
+def prior_probability(row: Sequence[int], depth: int) -> float:
+    """Before any observation: the fitted prior of the token's bucket, else prior_formula."""
+    return FITTED_PRIORS.get(bucket_key(row, depth), prior_formula(row))
 
 
 @dataclass
@@ -92,23 +96,25 @@ class AcceptanceModel:
 
     buckets: dict[BucketKey, AcceptanceBucket] = field(default_factory=dict)
 
-    def _bucket_of(self, row: Sequence[int]) -> AcceptanceBucket:
-        key = bucket_key(row)
+    def _bucket_of(self, row: Sequence[int], depth: int) -> AcceptanceBucket:
+        key = bucket_key(row, depth)
         bucket = self.buckets.get(key)
         if bucket is None:
-            bucket = self.buckets[key] = AcceptanceBucket(prior_probability(row))
+            bucket = self.buckets[key] = AcceptanceBucket(prior_probability(row, depth))
         return bucket
 
     def probabilities(self, evidence: Evidence) -> list[float]:
-        return [self._bucket_of(row).probability for row in evidence.tolist()]
+        """Per drafted token (the rows of one draft, from its start), the chance that it is
+        accepted if all before it are."""
+        return [self._bucket_of(row, depth).probability for depth, row in enumerate(evidence.tolist())]
 
     def observe(self, evidence: Evidence, n_verified: int, n_accepted: int) -> None:
-        """The first n_verified drafted tokens were checked by the model and the first
+        """The first n_verified tokens of a draft were checked by the model and the first
         n_accepted of them accepted (the one after those was rejected, if verified)."""
         for i, row in enumerate(evidence.tolist()[:n_verified]):
             if i > n_accepted:
                 break
-            bucket = self._bucket_of(row)
+            bucket = self._bucket_of(row, i)
             if bucket.tried >= _MAX_TRIED:
                 scale = (_MAX_TRIED - 1) / bucket.tried
                 bucket.tried *= scale
@@ -116,10 +122,11 @@ class AcceptanceModel:
             bucket.tried += 1
             bucket.accepted += i < n_accepted
 
-    def decline(self, evidence: Evidence) -> None:
-        """These tokens were offered but not drafted: their estimates drift back to the prior."""
-        for row in evidence.tolist():
-            bucket = self._bucket_of(row)
+    def decline(self, evidence: Evidence, depth: int) -> None:
+        """These tokens, from `depth` on in their draft, were offered but not drafted: their
+        estimates drift back to the prior."""
+        for i, row in enumerate(evidence.tolist()):
+            bucket = self._bucket_of(row, depth + i)
             bucket.tried *= _DECAY_WHEN_UNUSED
             bucket.accepted *= _DECAY_WHEN_UNUSED
 
@@ -142,13 +149,18 @@ def best_draft_length(probabilities: Sequence[float], cost: CostModel, base: int
 
 # -- the guard -----------------------------------------------------------------------------
 
-# Speculative passes behind a verdict: decayed sums with this factor per pass; a verdict needs
-# a weight of _MIN_WEIGHT (three passes).
-_GUARD_DECAY = 0.85
-_MIN_WEIGHT = 2.5
+# Speculative passes behind a verdict: decayed sums with this factor per pass (about the last 20
+# count); speculation is held back once those of at least _MIN_WEIGHT passes took more than
+# _LOSS_TOLERANCE times a plain pass per token. The tolerance keeps chance (a few rejected
+# drafts in a row, a noisy timing) from stopping speculation that pays on average.
+_GUARD_DECAY = 0.95
+_MIN_WEIGHT = 8.0
+_LOSS_TOLERANCE = 1.03
+# A probe is judged on its first passes (decayed weight 3.5: four passes); it must win outright.
+_PROBE_WEIGHT = 3.5
 # Passes that wanted to speculate but were held back before the next probe; doubled after each
 # probe that lost again, so a key where speculation never pays costs a few passes in hundreds.
-_FIRST_PROBE = 32
+_FIRST_PROBE = 8
 _MAX_PROBE = 512
 # Keys remembered (the least recently used are forgotten first).
 _MAX_GUARD_KEYS = 256
@@ -202,13 +214,12 @@ class SpeculationGuard:
         plain pass costs `plain_ms` today."""
         state = self._state(key)
         state.add(ms, max(1, tokens))
-        if state.weight < _MIN_WEIGHT:
-            return
-        losing = state.ms / state.tokens > plain_ms
-        if state.probing:
-            state.probing, state.on, state.held = False, not losing, 0
-            state.interval = min(2 * state.interval, _MAX_PROBE) if losing else _FIRST_PROBE
-        elif state.on and losing:
+        ratio = state.ms / state.tokens / plain_ms  # speculative ms per token over plain's
+        if state.probing and state.weight >= _PROBE_WEIGHT:
+            won = ratio <= 1.0
+            state.probing, state.on, state.held = False, won, 0
+            state.interval = _FIRST_PROBE if won else min(2 * state.interval, _MAX_PROBE)
+        elif state.on and state.weight >= _MIN_WEIGHT and ratio > _LOSS_TOLERANCE:
             state.on, state.held = False, 0
 
     def _state(self, key: str) -> GuardState:
@@ -220,6 +231,13 @@ class SpeculationGuard:
 
 
 # -- auto, put together ----------------------------------------------------------------------
+
+# Within one completion, drafts are trusted as far as they have held so far: estimates are scaled
+# by (accepted + prior) / (predicted + prior) over its recent drafted tokens. Some files copy
+# from their context far more than the average the buckets learnt, others far less.
+_TRUST_PRIOR = 4.0
+_TRUST_DECAY = 0.9
+_MAX_PROBABILITY = 0.995
 
 
 @dataclass(frozen=True)
@@ -236,10 +254,25 @@ class AutoPolicy:
     acceptance: AcceptanceModel
     cost: OnlineCost
     guard: SpeculationGuard
+    _accepted: float = 0.0  # this completion's drafted tokens accepted (decayed)
+    _predicted: float = 0.0  # and the estimates they were drafted with
+
+    def begin(self) -> None:
+        """A new completion starts: its trust starts from the buckets' estimates."""
+        self._accepted = self._predicted = 0.0
+
+    @property
+    def trust(self) -> float:
+        return (self._accepted + _TRUST_PRIOR) / (self._predicted + _TRUST_PRIOR)
+
+    def probabilities(self, evidence: Evidence) -> list[float]:
+        """Acceptance estimates for drafted tokens with this evidence, in this completion."""
+        trust = self.trust
+        return [min(_MAX_PROBABILITY, p * trust) for p in self.acceptance.probabilities(evidence)]
 
     def choose(self, evidence: Evidence, key: str) -> Choice:
         """How many of the drafted tokens (with this evidence) to verify in the next pass."""
-        k = best_draft_length(self.acceptance.probabilities(evidence), self.cost.curve)
+        k = best_draft_length(self.probabilities(evidence), self.cost.curve)
         if k and not self.guard.allows(key):
             self.guard.held_back(key)
             return Choice(0, True)
@@ -247,11 +280,16 @@ class AutoPolicy:
 
     def learn(self, drafted: Evidence | None, n_accepted: int, offered: Evidence | None) -> None:
         """After a pass: `drafted` was verified and its first n_accepted tokens accepted;
-        `offered` was drafted by the lookup core but cut off by the policy."""
+        `offered` was drafted by the lookup core after them but cut off by the policy."""
         if drafted is not None and len(drafted):
+            # Against the buckets' own estimates (trust is their ratio to what happened); tokens
+            # after the first rejected one were never judged.
+            for i, p in enumerate(self.acceptance.probabilities(drafted)[: n_accepted + 1]):
+                self._accepted = self._accepted * _TRUST_DECAY + (i < n_accepted)
+                self._predicted = self._predicted * _TRUST_DECAY + p
             self.acceptance.observe(drafted, len(drafted), n_accepted)
         if offered is not None and len(offered):
-            self.acceptance.decline(offered)
+            self.acceptance.decline(offered, 0 if drafted is None else len(drafted))
 
     def record_pass(self, key: str, positions: int | None, ms: float, tokens: int, speculative: bool) -> None:
         """A pass took `ms`, loop work included. positions: its size when every position had

@@ -110,6 +110,7 @@ def replay_policy(task: ReplayTask, policy: AutoPolicy, cost: CostModel) -> tupl
     reported to the policy as taking) cost.pass_ms of its size. Returns total ms and passes."""
     i, total, passes = 0, 0.0, 0
     n = len(task.truth)
+    policy.begin()
     while i < n:
         draft = task.drafts[i]
         k = 0
@@ -150,7 +151,7 @@ def acceptance_counts(tasks: Sequence[ReplayTask]) -> dict[BucketKey, list[int]]
             for j, row in enumerate(draft.evidence.tolist()):
                 if j > draft.accepted:
                     break
-                entry = counts.setdefault(bucket_key(row), [0, 0])
+                entry = counts.setdefault(bucket_key(row, j), [0, 0])
                 entry[1] += 1
                 entry[0] += j < draft.accepted
     return counts
