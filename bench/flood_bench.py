@@ -239,7 +239,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--documents", type=int, default=20)
-    parser.add_argument("--doc-kb", type=int, default=200, help="size of every document but the first")
+    parser.add_argument("--doc-kb", type=int, default=20, help="size of every document but the first")
     parser.add_argument("--big-mb", type=float, default=4.0, help="size of the first document")
     parser.add_argument("--burst", type=int, default=40, help="requests in flight at once")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="a request unanswered this long counts as lost")
