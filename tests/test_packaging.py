@@ -58,8 +58,10 @@ def test_sdist_holds_the_sources_and_not_the_extension(sdist: Path) -> None:
 def test_sdist_installs_a_working_command(sdist: Path, tmp_path: Path) -> None:
     prefix = tmp_path / "prefix"
     install = subprocess.run(
+        # --ignore-installed: with --prefix alone pip uninstalls the copy in the running
+        # environment first, and every later test would run without the package.
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--no-cache-dir", "--prefix", str(prefix), str(sdist)],
+         "--no-index", "--no-cache-dir", "--ignore-installed", "--prefix", str(prefix), str(sdist)],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert install.returncode == 0, install.stderr[-3000:]
