@@ -214,3 +214,18 @@ def test_auto_policy_holds_drafts_back_once_speculative_passes_lose() -> None:
     held = policy.choose(evidence, ".c")
     assert held == Choice(0, True)
     assert policy.choose(evidence, ".h").length > 0
+
+
+def test_trust_follows_the_completion_and_starts_afresh() -> None:
+    policy = AutoPolicy(AcceptanceModel(), OnlineCost(CPU), SpeculationGuard())
+    evidence = np.array([[0, 4, 2, 2]] * 4, dtype=np.int64)  # context 4-grams seen 2 of 2 times
+    before = policy.probabilities(evidence)[0]
+    assert policy.choose(evidence, ".py").length > 0
+    for _ in range(6):  # this file's drafts fail at once, pass after pass
+        policy.learn(evidence, 0, None)
+    assert policy.trust < 0.7
+    assert policy.probabilities(evidence)[0] < policy.acceptance.probabilities(evidence)[0] * 0.7
+    assert policy.choose(evidence, ".py").length == 0
+    policy.begin()  # the next completion judges its own drafts
+    assert policy.trust == 1.0
+    assert policy.probabilities(evidence)[0] == policy.acceptance.probabilities(evidence)[0] < before

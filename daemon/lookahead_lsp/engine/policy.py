@@ -6,7 +6,9 @@ A drafted token must be right ~76 % of the time on a 2-core CPU just to pay for 
 only token of a draft (a pass of 2 positions costs 1.76 passes of 1). So a draft is cut where its
 expected tokens per unit of cost peak, and skipped when no length beats a plain pass. Estimates
 of evidence that stopped drafting drift back to their prior while unused, so speculation is
-tried again later instead of being switched off for good."""
+tried again later instead of being switched off for good. Within a completion the estimates
+are scaled by how its drafts have fared so far; across completions a guard holds speculation
+back where its passes have been costing more per token than plain ones."""
 
 from __future__ import annotations
 
@@ -265,13 +267,16 @@ class Choice:
 @dataclass
 class AutoPolicy:
     """auto's decisions and what it learns from each pass: acceptance per kind of evidence,
-    today's pass costs and the guard. The engine and the offline replay drive the same object."""
+    today's pass costs, the guard and, within a completion, the trust in its drafts. The engine
+    and the offline replay drive the same object."""
 
     acceptance: AcceptanceModel
     cost: OnlineCost
     guard: SpeculationGuard
-    _accepted: float = 0.0  # this completion's drafted tokens accepted (decayed)
-    _predicted: float = 0.0  # and the estimates they were drafted with
+    # This completion's drafted tokens accepted, and the estimates they were drafted with (both
+    # decayed).
+    _accepted: float = field(default=0.0, init=False)
+    _predicted: float = field(default=0.0, init=False)
 
     def begin(self) -> None:
         """A new completion starts: its trust starts from the buckets' estimates."""
