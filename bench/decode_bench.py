@@ -291,7 +291,8 @@ def run_cold_task(spec_text: str) -> int:
     spec = json.loads(spec_text)
     path = Path(spec["path"])
     task = Task(spec["language"], path, int(spec["cursor"]), "cold", path.read_text(errors="replace"))
-    settings = EngineSettings(Path(spec["model"]), n_ctx=4096, n_threads=spec["threads"], cache_dir=Path(spec["cache_dir"]))
+    model, cache_dir = Path(spec["model"]), Path(spec["cache_dir"])
+    settings = EngineSettings(model, n_ctx=4096, n_threads=spec["threads"], cache_dir=cache_dir)
     engine = Engine(settings)
     try:
         caches = DraftCaches(dynamic=Workspaces(engine).cache_for(task))
@@ -416,7 +417,9 @@ def language_summary(results: list[TaskResult], modes: tuple[str, ...]) -> dict[
         )
     cold = [r for r in results if r.cold_auto_tokens_per_s is not None]
     if cold:
-        summary["cold_vs_warm_auto"] = _spread([(r.cold_auto_tokens_per_s or 0.0) / r.tokens_per_s["auto"] for r in cold])
+        summary["cold_vs_warm_auto"] = _spread(
+            [(r.cold_auto_tokens_per_s or 0.0) / r.tokens_per_s["auto"] for r in cold]
+        )
     upstream = [r for r in results if r.upstream]
     if upstream:
         summary["none_vs_llama_bench"] = round(
@@ -473,14 +476,16 @@ def live(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Pa
         )
     latencies = [warm_latency(engine, t, workspaces) for t in tasks if t.kind == "mid-line"] if args.latency else []
     curve = engine.cost_model
-    replays = replay_all([replay_task(engine, t, r.truth, workspaces, args.max_tokens) for t, r in zip(tasks, results)], curve)
+    replay_tasks = [replay_task(engine, t, r.truth, workspaces, args.max_tokens) for t, r in zip(tasks, results)]
+    replays = replay_all(replay_tasks, curve)
     for result, replayed in zip(results, replays):
         result.replay_auto, result.replay_oracle = replayed.policy_speedup, replayed.oracle_speedup
     engine.close()  # saves the calibration the cold processes start from
     if args.cold:
         for task, result in zip(tasks, results):
             result.cold_auto_tokens_per_s = cold_sample(task, model, cache_dir, args.max_tokens, args.threads)
-            print(f"cold {task.name[:58]:58} {result.cold_auto_tokens_per_s / result.tokens_per_s['auto']:.2f}x of warm", flush=True)
+            cold = result.cold_auto_tokens_per_s / result.tokens_per_s["auto"]
+            print(f"cold {task.name[:58]:58} {cold:.2f}x of warm", flush=True)
     summaries = {
         language: language_summary([r for r in results if r.language == language], modes) for language in args.languages
     }
@@ -514,7 +519,8 @@ def replay_only(args: argparse.Namespace, model: Path, tasks: list[Task], cache_
     results = replay_all(replay_tasks, curve)
     summaries: dict[str, object] = {}
     print(f"\n== {model.name}, replayed on {', '.join(f'{s}: {curve.relative(s):.2f}' for s in curve.sizes)}")
-    print(f"{'language':11} {'auto med/worst/best':>24} {'oracle med/worst/best':>24} {'auto/oracle':>11} {'tok/pass':>8}")
+    columns = ("auto med/worst/best", "oracle med/worst/best", "auto/oracle", "tok/pass")
+    print(f"{'language':11} {columns[0]:>24} {columns[1]:>24} {columns[2]:>11} {columns[3]:>8}")
     for language in args.languages:
         mine = [(t, r) for t, r in zip(tasks, results) if t.language == language]
         auto = [r.policy_speedup for _, r in mine]
@@ -525,8 +531,9 @@ def replay_only(args: argparse.Namespace, model: Path, tasks: list[Task], cache_
             "auto_vs_oracle": round(_median(auto) / _median(best), 3), "auto_tokens_per_pass": round(per_pass, 3),
         }
         print(
-            f"{language:11} {_median(auto):>10.2f}/{min(auto):.2f}/{max(auto):.2f}x {_median(best):>10.2f}/{min(best):.2f}/"
-            f"{max(best):.2f}x {_median(auto) / _median(best):>11.3f} {per_pass:>8.2f}"
+            f"{language:11} {_median(auto):>10.2f}/{min(auto):.2f}/{max(auto):.2f}x"
+            f" {_median(best):>10.2f}/{min(best):.2f}/{max(best):.2f}x"
+            f" {_median(auto) / _median(best):>11.3f} {per_pass:>8.2f}"
         )
     out: dict[str, object] = {"languages": summaries, "tasks": [asdict(r) for r in results]}
     if args.fit_priors:
@@ -559,7 +566,9 @@ def print_priors(replay_tasks: list[ReplayTask], tasks: list[Task]) -> dict[str,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--languages", type=lambda s: s.split(","), default=list(LANGUAGES))
-    parser.add_argument("--model", type=Path, action="append", help="a GGUF model (repeat for several); default: the default model")
+    parser.add_argument(
+        "--model", type=Path, action="append", help="a GGUF model (repeat for several); default: the default model"
+    )
     parser.add_argument("--tasks", type=int, default=8, help="tasks per language")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -567,9 +576,13 @@ def main() -> int:
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["none", "lookup", "auto"])
     parser.add_argument("--no-cold", dest="cold", action="store_false", help="skip the fresh-process samples")
     parser.add_argument("--no-latency", dest="latency", action="store_false", help="skip the warm one-line latency")
-    parser.add_argument("--cache-dir", type=Path, help="keep cost model and calibration here (default: a fresh folder: a fresh install)")
+    parser.add_argument(
+        "--cache-dir", type=Path, help="keep cost model and calibration here (default: a fresh folder, a fresh install)"
+    )
     parser.add_argument("--upstream-bin", type=Path, help="folder with llama-bench and llama-lookup")
-    parser.add_argument("--replay", action="store_true", help="no live timing: replay auto and the oracle against --cost")
+    parser.add_argument(
+        "--replay", action="store_true", help="no live timing: replay auto and the oracle against --cost"
+    )
     parser.add_argument("--cost", default="measured", help="replay's curve: measured, or e.g. 1:1,2:1.76,4:2.4,8:3.71")
     parser.add_argument("--truth", type=Path, help="replay: the file that keeps decoded truths")
     parser.add_argument("--fit-priors", action="store_true", help="replay: print the acceptance priors these tasks fit")
@@ -582,7 +595,9 @@ def main() -> int:
     if unknown or not {"none", "auto"} <= set(args.modes) or not set(args.modes) <= set(MODES):
         parser.error(f"--languages from {', '.join(LANGUAGES)}; --modes from {', '.join(MODES)} with none and auto")
     args.modes = ["none", *(m for m in MODES[1:] if m in args.modes)]
-    per_language = {name: pick_tasks(LANGUAGES[name], corpus_root(name), args.tasks, args.seed) for name in args.languages}
+    per_language = {
+        name: pick_tasks(LANGUAGES[name], corpus_root(name), args.tasks, args.seed) for name in args.languages
+    }
     tasks = interleaved(per_language)
     models = args.model or [resolve_model_path(None)]
     report: dict[str, object] = {"arguments": {k: str(v) for k, v in vars(args).items()}}
