@@ -277,8 +277,7 @@ class Engine:
         start = time.perf_counter()
         cancelled: Callable[[], bool] = (lambda: cancel.cancelled) if cancel else (lambda: False)
         if options.draft in ("auto", "lookahead"):
-            # A first use measures the seed curve: before this completion's clock starts.
-            self.policy.begin()
+            self.policy.begin()  # the seed curve is measured before the clock of this completion matters
             start = time.perf_counter()
         run = _Run(self, request, options, caches, cancelled, start)
         result = run.execute()
