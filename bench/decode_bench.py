@@ -549,7 +549,8 @@ def print_priors(replay_tasks: list[ReplayTask], tasks: list[Task]) -> dict[str,
         language: acceptance_counts([r for r, t in zip(replay_tasks, tasks) if t.language == language])
         for language in sorted({t.language for t in tasks})
     }
-    fitted = {k: round(a / n, 3) for k, (a, n) in sorted(pooled.items()) if n >= 30}
+    # Buckets seen at least 30 times; never quite certain, so that a prior leaves room to learn.
+    fitted = {k: round(min(0.99, a / n), 3) for k, (a, n) in sorted(pooled.items()) if n >= 30}
     print("\n# (source, n-gram, count bucket, share bucket): acceptance  [tried]  per language")
     print("FITTED_PRIORS: dict[BucketKey, float] = {")
     for key, p in fitted.items():

@@ -76,7 +76,7 @@ def test_what_auto_learnt_is_there_after_a_restart(model: Path, tmp_path: Path) 
         lambda text: text[: len(text) // 2],  # truncated
         lambda text: "\x00\xff garbage",
         lambda text: text.replace('"version": 1', '"version": 99'),
-        lambda text: text.replace('"acceptance": [', '"acceptance": [[0, 1, 0, 0, 0, 0.5, 7, 3], '),  # accepted > tried
+        lambda text: text.replace('"acceptance": [', '"acceptance": [[0, 1, 0, 0, 0.5, 7, 3], '),  # accepted > tried
         lambda text: text.replace('"level": ', '"level": 1e308, "x": '),
     ],
     ids=["truncated", "garbage", "other-version", "accepted-above-tried", "level-out-of-range"],
@@ -126,7 +126,7 @@ def test_timings_of_another_machine_are_dropped_and_acceptance_kept(model: Path)
     identity = model_identity(model)
     here, there = {"cpu": "a", "threads": 2}, {"cpu": "b", "threads": 2}
     calibration = Calibration(level=0.3, offsets={1: 0.1, 4: -0.05})
-    calibration.acceptance.buckets[(0, 4, 3, 3, 0)] = AcceptanceBucket(0.8, 9.0, 10.0)
+    calibration.acceptance.buckets[(0, 4, 3, 3)] = AcceptanceBucket(0.8, 9.0, 10.0)
     calibration.guard.states[".py"] = GuardState(on=False, ms=50.0, tokens=4.0, weight=3.0, held=5)
     data = encode(calibration, identity, here)
     same = decode(data, identity, here)
@@ -138,4 +138,4 @@ def test_timings_of_another_machine_are_dropped_and_acceptance_kept(model: Path)
     assert moved.level == 0.0 and moved.offsets == {} and moved.guard.states == {}
     with pytest.raises(CalibrationError, match="another model"):
         decode(data, {**identity, "size": 1}, here)
-    assert np.isfinite(same.acceptance.buckets[(0, 4, 3, 3, 0)].probability)
+    assert np.isfinite(same.acceptance.buckets[(0, 4, 3, 3)].probability)

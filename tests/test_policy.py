@@ -51,13 +51,13 @@ def test_acceptance_is_learnt_and_forgotten() -> None:
     model = AcceptanceModel()
     row = np.array([[0, 4, 3, 3]], dtype=np.int64)  # context, 4-gram, count 3 of 3
     prior = model.probabilities(row)[0]
-    assert prior == pytest.approx(prior_probability([0, 4, 3, 3], 0))
+    assert prior == pytest.approx(prior_probability([0, 4, 3, 3]))
     for _ in range(20):
         model.observe(row, 1, 0)  # always rejected
     low = model.probabilities(row)[0]
     assert low < 0.2
     for _ in range(200):
-        model.decline(row, 0)
+        model.decline(row)
     assert model.probabilities(row)[0] > low + 0.3  # back towards the prior: tried again later
     for _ in range(20):
         model.observe(np.repeat(row, 3, axis=0), 3, 3)

@@ -155,13 +155,13 @@ def _acceptance(value: object) -> AcceptanceModel:
     model = AcceptanceModel()
     for row in _list(value, "acceptance"):
         fields = _list(row, "acceptance row")
-        if len(fields) != 8:
-            raise CalibrationError("acceptance row: expected 8 fields")
-        source, ngram, count_bucket, share_bucket, depth = (_integer(x, 0, 64) for x in fields[:5])
-        prior = _number(fields[5], 0.0, 1.0)
-        tried = _number(fields[7], 0.0, 1e9)
-        accepted = _number(fields[6], 0.0, tried)
-        model.buckets[(source, ngram, count_bucket, share_bucket, depth)] = AcceptanceBucket(prior, accepted, tried)
+        if len(fields) != 7:
+            raise CalibrationError("acceptance row: expected 7 fields")
+        source, ngram, count_bucket, share_bucket = (_integer(x, 0, 64) for x in fields[:4])
+        prior = _number(fields[4], 0.0, 1.0)
+        tried = _number(fields[6], 0.0, 1e9)
+        accepted = _number(fields[5], 0.0, tried)
+        model.buckets[(source, ngram, count_bucket, share_bucket)] = AcceptanceBucket(prior, accepted, tried)
     return model
 
 

@@ -277,7 +277,8 @@ class Engine:
         start = time.perf_counter()
         cancelled: Callable[[], bool] = (lambda: cancel.cancelled) if cancel else (lambda: False)
         if options.draft in ("auto", "lookahead"):
-            self.policy.begin()  # the seed curve is measured before the clock of this completion matters
+            # A first use measures the seed curve: before this completion's clock starts.
+            self.policy.begin()
             start = time.perf_counter()
         run = _Run(self, request, options, caches, cancelled, start)
         result = run.execute()

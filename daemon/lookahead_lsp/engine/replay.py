@@ -151,7 +151,7 @@ def acceptance_counts(tasks: Sequence[ReplayTask]) -> dict[BucketKey, list[int]]
             for j, row in enumerate(draft.evidence.tolist()):
                 if j > draft.accepted:
                     break
-                entry = counts.setdefault(bucket_key(row, j), [0, 0])
+                entry = counts.setdefault(bucket_key(row), [0, 0])
                 entry[1] += 1
                 entry[0] += j < draft.accepted
     return counts
