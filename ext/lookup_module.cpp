@@ -6,6 +6,7 @@
 #include "static_cache_builder.h"
 #include "upstream_format.h"
 
+#include <pybind11/native_enum.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -222,60 +223,60 @@ bool caches_equal(const lookup::NgramCache& a, const lookup::NgramCache& b) {
     return equal;
 }
 
-// Checks what drafting will read: the static cache must be verified and the last few tokens
+// Checks what drafting will read: the repository cache must be verified and the last few tokens
 // (the only ones drafting reads) must be inside every cache's vocabulary.
-void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, const PyNgramCache* dynamic,
-                        const PyStaticCache* stat) {
-    if (context != nullptr && dynamic != nullptr && context->n_vocab != dynamic->n_vocab) {
-        throw py::value_error("the context and dynamic caches have different vocabulary sizes");
+void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, const PyNgramCache* workspace,
+                        const PyStaticCache* repository) {
+    if (context != nullptr && workspace != nullptr && context->n_vocab != workspace->n_vocab) {
+        throw py::value_error("the context and workspace caches have different vocabulary sizes");
     }
     const size_t n = static_cast<size_t>(tokens.size());
     const size_t tail = std::min<size_t>(n, lookup::k_ngram_max);
-    for (const PyNgramCache* c : {context, dynamic}) {
+    for (const PyNgramCache* c : {context, workspace}) {
         if (c != nullptr) check_tokens(tokens.data() + n - tail, tail, c->n_vocab);
     }
-    if (stat != nullptr) {
-        std::shared_lock l(stat->mutex);
-        check_tokens(tokens.data() + n - tail, tail, stat->verified_cache().header().n_vocab);
+    if (repository != nullptr) {
+        std::shared_lock l(repository->mutex);
+        check_tokens(tokens.data() + n - tail, tail, repository->verified_cache().header().n_vocab);
     }
 }
 
 // Shared locks on the mutable sources for the length of one drafting call.
 struct LockedSources {
-    LockedSources(PyNgramCache* context, PyNgramCache* dynamic, PyStaticCache* stat) {
+    LockedSources(PyNgramCache* context, PyNgramCache* workspace, PyStaticCache* repository) {
         if (context != nullptr) context_lock = std::shared_lock(context->mutex);
-        if (dynamic != nullptr && dynamic != context) dynamic_lock = std::shared_lock(dynamic->mutex);
-        if (stat != nullptr) {
-            static_lock = std::shared_lock(stat->mutex);
+        if (workspace != nullptr && workspace != context) workspace_lock = std::shared_lock(workspace->mutex);
+        if (repository != nullptr) {
+            repository_lock = std::shared_lock(repository->mutex);
             // Closed by another thread since the inputs were checked.
-            if (!stat->cache) throw std::invalid_argument(stat->path + ": static cache is closed");
+            if (!repository->cache) throw std::invalid_argument(repository->path + ": static cache is closed");
         }
-        sources = {context ? &context->cache : nullptr, dynamic ? &dynamic->cache : nullptr,
-                   stat ? stat->cache.get() : nullptr};
+        sources = {context ? &context->cache : nullptr, workspace ? &workspace->cache : nullptr,
+                   repository ? repository->cache.get() : nullptr};
     }
     lookup::DraftSources sources;
     std::shared_lock<std::shared_mutex> context_lock;
-    std::shared_lock<std::shared_mutex> dynamic_lock;
-    std::shared_lock<std::shared_mutex> static_lock;
+    std::shared_lock<std::shared_mutex> workspace_lock;
+    std::shared_lock<std::shared_mutex> repository_lock;
 };
 
-py::array_t<token_t> draft(const py::object& token_ids, int64_t n_draft, PyNgramCache* context, PyNgramCache* dynamic,
-                           PyStaticCache* stat) {
+py::array_t<token_t> draft(const py::object& token_ids, int64_t n_draft, PyNgramCache* context, PyNgramCache* workspace,
+                           PyStaticCache* repository) {
     if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
     const TokenArray tokens = as_tokens(token_ids);
-    check_draft_inputs(tokens, context, dynamic, stat);
+    check_draft_inputs(tokens, context, workspace, repository);
     std::vector<token_t> out(static_cast<size_t>(n_draft));
     size_t n = 0;
     {
         py::gil_scoped_release nogil;
-        LockedSources locked(context, dynamic, stat);
+        LockedSources locked(context, workspace, repository);
         n = lookup::draft(tokens.data(), static_cast<size_t>(tokens.size()), locked.sources, out.size(), out.data());
     }
     return py::array_t<token_t>(static_cast<py::ssize_t>(n), out.data());
 }
 
-// Drafted tokens' evidence as an (n, 4) int64 array: source (0 context, 1 workspace,
-// 2 repository), n-gram size, chosen count, key total.
+// Drafted tokens' evidence as an (n, 4) int64 array: DraftSource id, n-gram size, chosen
+// count, key total.
 py::array_t<int64_t> evidence_table(const std::vector<lookup::DraftEvidence>& evidence, size_t n) {
     py::array_t<int64_t> table({static_cast<py::ssize_t>(n), py::ssize_t{4}});
     auto rows = table.mutable_unchecked<2>();
@@ -290,16 +291,16 @@ py::array_t<int64_t> evidence_table(const std::vector<lookup::DraftEvidence>& ev
 }
 
 py::tuple draft_with_evidence(const py::object& token_ids, int64_t n_draft, PyNgramCache* context,
-                              PyNgramCache* dynamic, PyStaticCache* stat) {
+                              PyNgramCache* workspace, PyStaticCache* repository) {
     if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
     const TokenArray tokens = as_tokens(token_ids);
-    check_draft_inputs(tokens, context, dynamic, stat);
+    check_draft_inputs(tokens, context, workspace, repository);
     std::vector<token_t> out(static_cast<size_t>(n_draft));
     std::vector<lookup::DraftEvidence> evidence(out.size());
     size_t n = 0;
     {
         py::gil_scoped_release nogil;
-        LockedSources locked(context, dynamic, stat);
+        LockedSources locked(context, workspace, repository);
         n = lookup::draft(tokens.data(), static_cast<size_t>(tokens.size()), locked.sources, out.size(), out.data(),
                           evidence.data());
     }
@@ -307,7 +308,7 @@ py::tuple draft_with_evidence(const py::object& token_ids, int64_t n_draft, PyNg
 }
 
 py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_branches, PyNgramCache* context,
-                     PyNgramCache* dynamic, PyStaticCache* stat) {
+                     PyNgramCache* workspace, PyStaticCache* repository) {
     if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
     if (max_branches < 0 || max_branches > 16) throw py::value_error("max_branches must be in [0, 16]");
     const size_t capacity = static_cast<size_t>(n_draft) * static_cast<size_t>(max_branches);
@@ -315,11 +316,11 @@ py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_b
     std::vector<int32_t> out_parents(capacity);
     std::vector<lookup::DraftEvidence> evidence(capacity);
     const TokenArray tokens = as_tokens(token_ids);
-    check_draft_inputs(tokens, context, dynamic, stat);
+    check_draft_inputs(tokens, context, workspace, repository);
     size_t n = 0;
     {
         py::gil_scoped_release nogil;
-        LockedSources locked(context, dynamic, stat);
+        LockedSources locked(context, workspace, repository);
         n = lookup::draft_tree(tokens.data(), static_cast<size_t>(tokens.size()), locked.sources,
                                static_cast<size_t>(n_draft), static_cast<size_t>(max_branches), out_tokens.data(),
                                out_parents.data(), evidence.data());
@@ -329,33 +330,33 @@ py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_b
                           evidence_table(evidence, n));
 }
 
-py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyNgramCache* dynamic, PyStaticCache* stat,
-                int64_t max_branches) {
+py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyNgramCache* workspace,
+                PyStaticCache* repository, int64_t max_branches) {
     if (n_ctx <= 0 || n_draft < 0) throw py::value_error("n_ctx must be > 0 and n_draft >= 0");
     if (max_branches < 1 || max_branches > 16) throw py::value_error("max_branches must be in [1, 16]");
     const TokenArray tokens = as_tokens(token_ids);
-    check_draft_inputs(tokens, nullptr, nullptr, stat);
+    check_draft_inputs(tokens, nullptr, nullptr, repository);
     const size_t n = static_cast<size_t>(tokens.size());
     // The replay's own context cache has no vocabulary; negative ids would alias key padding.
     check_tokens(tokens.data(), n, 0x7FFFFFFF);
-    if (dynamic != nullptr) check_tokens(tokens.data(), n, dynamic->n_vocab);
-    if (stat != nullptr) {
-        std::shared_lock l(stat->mutex);
-        check_tokens(tokens.data(), n, stat->open_cache().header().n_vocab);
+    if (workspace != nullptr) check_tokens(tokens.data(), n, workspace->n_vocab);
+    if (repository != nullptr) {
+        std::shared_lock l(repository->mutex);
+        check_tokens(tokens.data(), n, repository->open_cache().header().n_vocab);
     }
     lookup::ReplayStats s;
     {
         py::gil_scoped_release nogil;
         std::unique_lock<std::shared_mutex> lock;
-        std::shared_lock<std::shared_mutex> static_lock;
-        if (dynamic != nullptr) lock = std::unique_lock(dynamic->mutex);
-        if (stat != nullptr) {
-            static_lock = std::shared_lock(stat->mutex);
-            if (!stat->cache) throw std::invalid_argument(stat->path + ": static cache is closed");
+        std::shared_lock<std::shared_mutex> repository_lock;
+        if (workspace != nullptr) lock = std::unique_lock(workspace->mutex);
+        if (repository != nullptr) {
+            repository_lock = std::shared_lock(repository->mutex);
+            if (!repository->cache) throw std::invalid_argument(repository->path + ": static cache is closed");
         }
         s = lookup::replay(tokens.data(), n, static_cast<size_t>(n_ctx), static_cast<size_t>(n_draft),
-                           static_cast<size_t>(max_branches), dynamic ? &dynamic->cache : nullptr,
-                           stat ? stat->cache.get() : nullptr);
+                           static_cast<size_t>(max_branches), workspace ? &workspace->cache : nullptr,
+                           repository ? repository->cache.get() : nullptr);
     }
     py::dict d;
     d["n_predict"] = s.n_predict;
@@ -662,17 +663,23 @@ PYBIND11_MODULE(_lookup, m) {
     m.attr("STATIC_FORMAT_VERSION") = lookup::k_static_format_version;
     m.attr("STATIC_MAGIC") = py::bytes(lookup::k_static_magic, sizeof lookup::k_static_magic);
     py::register_exception<CacheError>(m, "CacheError", PyExc_ValueError);
+    // A Python IntEnum: a source compares equal to its id (evidence column 0) and indexes by it.
+    py::native_enum<lookup::DraftSource>(m, "DraftSource", "enum.IntEnum", "Which cache decided a drafted token.")
+        .value("context", lookup::DraftSource::context)
+        .value("workspace", lookup::DraftSource::workspace)
+        .value("repository", lookup::DraftSource::repository)
+        .finalize();
 
     bind_ngram_cache(m);
     bind_static_cache(m);
     bind_builder(m);
 
     m.def("draft", &draft, py::arg("tokens"), py::arg("n_draft"), py::arg("context") = nullptr,
-          py::arg("dynamic") = nullptr, py::arg("static") = nullptr);
+          py::arg("workspace") = nullptr, py::arg("repository") = nullptr);
     m.def("draft_with_evidence", &draft_with_evidence, py::arg("tokens"), py::arg("n_draft"),
-          py::arg("context") = nullptr, py::arg("dynamic") = nullptr, py::arg("static") = nullptr);
+          py::arg("context") = nullptr, py::arg("workspace") = nullptr, py::arg("repository") = nullptr);
     m.def("draft_tree", &draft_tree, py::arg("tokens"), py::arg("n_draft"), py::arg("max_branches") = 3,
-          py::arg("context") = nullptr, py::arg("dynamic") = nullptr, py::arg("static") = nullptr);
-    m.def("replay", &replay, py::arg("tokens"), py::arg("n_ctx"), py::arg("n_draft"), py::arg("dynamic") = nullptr,
-          py::arg("static") = nullptr, py::arg("max_branches") = 1);
+          py::arg("context") = nullptr, py::arg("workspace") = nullptr, py::arg("repository") = nullptr);
+    m.def("replay", &replay, py::arg("tokens"), py::arg("n_ctx"), py::arg("n_draft"), py::arg("workspace") = nullptr,
+          py::arg("repository") = nullptr, py::arg("max_branches") = 1);
 }

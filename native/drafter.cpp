@@ -24,13 +24,13 @@ struct Sequence {
     }
 };
 
-// Scores followers against the static followers of the last two tokens (ascending). Followers
+// Scores followers against the repository cache's followers of the last two tokens (ascending). Followers
 // of a sorted span come in ascending order too, so each search starts where the previous one
 // ended; a hashed span's order sends the search back to the start.
-class StaticWeights {
+class RepositoryWeights {
 public:
-    explicit StaticWeights(const FollowerSpan& static_part)
-        : m_begin(static_part.begin()), m_at(static_part.begin()), m_end(static_part.end()) {}
+    explicit RepositoryWeights(const FollowerSpan& repository_part)
+        : m_begin(repository_part.begin()), m_at(repository_part.begin()), m_end(repository_part.end()) {}
 
     [[nodiscard]] uint64_t score(const Follower& f) {
         // Everything before m_at is below the previous token, so only a smaller token rewinds.
@@ -38,7 +38,7 @@ public:
         m_last = f.token;
         m_at = std::lower_bound(m_at, m_end, f.token, [](const Follower& s, token_t t) { return s.token < t; });
         const uint32_t s = m_at != m_end && m_at->token == f.token ? m_at->count : 0;
-        return uint64_t{f.count} * (s > 0 ? k_static_weight * s : 1);
+        return uint64_t{f.count} * (s > 0 ? k_repository_weight * s : 1);
     }
 
 private:
@@ -60,16 +60,16 @@ private:
 }
 
 // The best-scored follower of one key, or -1 when the key does not qualify. The precheck
-// rejects a key that cannot qualify before any static look-up: if even its largest raw count
+// rejects a key that cannot qualify before any repository look-up: if even its largest raw count
 // fails the percent test, the best-scored follower fails it too.
-template <class StaticPart>
-[[nodiscard]] const Follower* best_follower(const FollowerSpan& followers, StaticPart&& static_part,
+template <class RepositoryPart>
+[[nodiscard]] const Follower* best_follower(const FollowerSpan& followers, RepositoryPart&& repository_part,
                                             uint32_t min_sample, uint32_t min_percent) {
     if (followers.empty() || followers.sum < min_sample) return nullptr;
     if (!passes_percent(followers.max_count, followers.sum, min_percent)) return nullptr;
     // A single follower is its key's best whatever its weight (and passed the precheck).
     if (followers.size == 1) return followers.data;
-    StaticWeights weights(static_part());
+    RepositoryWeights weights(repository_part());
     const Follower* best = nullptr;
     uint64_t best_score = 0;
     for (const Follower& f : followers) {
@@ -83,12 +83,12 @@ template <class StaticPart>
     return passes_percent(best->count, followers.sum, min_percent) ? best : nullptr;
 }
 
-// The static entry of the sequence's last two tokens, looked up only when needed: a step that
+// The repository cache's entry of the sequence's last two tokens, looked up only when needed: a step that
 // a single-follower key decides (most steps of a long, accepted draft) never reads it. Its
 // bucket is prefetched at once, so a later look-up waits for one cache miss instead of two.
-class StaticLookup {
+class RepositoryLookup {
 public:
-    StaticLookup(const Sequence& seq, const StaticCache* cache) : m_cache(cache) {
+    RepositoryLookup(const Sequence& seq, const StaticCache* cache) : m_cache(cache) {
         if (cache == nullptr) return;
         m_t0 = seq.at(seq.size() - 2);
         m_t1 = seq.at(seq.size() - 1);
@@ -122,7 +122,7 @@ struct TailKeys {
 };
 
 [[nodiscard]] DraftEvidence try_cache(const TailKeys& tail, const NgramCache* cache, DraftSource source,
-                                      const DraftThresholds& th, StaticLookup& stat) {
+                                      const DraftThresholds& th, RepositoryLookup& stat) {
     if (cache == nullptr) return {};
     for (int i = 0; i < tail.n; ++i) {
         const int n = tail.n - i;
@@ -134,7 +134,7 @@ struct TailKeys {
     return {};
 }
 
-// The static cache stores no per-key totals; the token tree computes them when it needs them.
+// The repository (static) cache stores no per-key totals; the token tree computes them when it needs them.
 [[nodiscard]] FollowerSpan with_totals(FollowerSpan followers) {
     for (const Follower& f : followers) {
         followers.sum += f.count;
@@ -143,9 +143,9 @@ struct TailKeys {
     return followers;
 }
 
-// The static cache's own decision, with its counts (its entries store no totals: summed here,
-// only on the rare steps the static cache decides alone).
-[[nodiscard]] DraftEvidence static_decision(const StaticCache::Entry& entry) {
+// The repository cache's own decision, with its counts (its entries store no totals: summed
+// here, only on the rare steps the repository cache decides alone).
+[[nodiscard]] DraftEvidence repository_decision(const StaticCache::Entry& entry) {
     if (entry.fallback < 0) return {};
     DraftEvidence e{entry.fallback, DraftSource::repository, k_static_ngram, 0, 0};
     for (const Follower& f : entry.followers) {
@@ -158,11 +158,11 @@ struct TailKeys {
 [[nodiscard]] DraftEvidence next_token(const Sequence& seq, const DraftSources& sources) {
     const TailKeys tail(seq);
     tail.prefetch(sources.context);
-    tail.prefetch(sources.dynamic);
-    StaticLookup stat(seq, sources.static_cache);
+    tail.prefetch(sources.workspace);
+    RepositoryLookup stat(seq, sources.repository);
     DraftEvidence e = try_cache(tail, sources.context, DraftSource::context, k_context_thresholds, stat);
-    if (e.token < 0) e = try_cache(tail, sources.dynamic, DraftSource::workspace, k_dynamic_thresholds, stat);
-    return e.token >= 0 ? e : static_decision(stat.get());
+    if (e.token < 0) e = try_cache(tail, sources.workspace, DraftSource::workspace, k_workspace_thresholds, stat);
+    return e.token >= 0 ? e : repository_decision(stat.get());
 }
 
 // Continues the draft already in out[0..n_out) up to n_draft tokens; evidence, if not null,
@@ -188,8 +188,8 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, DraftEv
         const bool seen = std::any_of(out, out + n_out, [&](const DraftEvidence& o) { return o.token == e.token; });
         if (n_out < max_out && !seen) out[n_out++] = e;
     };
-    const FollowerSpan static_part = StaticLookup(seq, sources.static_cache).get().followers;
-    // `weights` is the static part for the context and dynamic caches, empty for the static one.
+    const FollowerSpan repository_part = RepositoryLookup(seq, sources.repository).get().followers;
+    // `weights` is the repository part for the context and workspace caches, empty for the repository one.
     auto offer_key = [&](const FollowerSpan& followers, const FollowerSpan& weights, uint32_t min_sample,
                          uint32_t min_percent, DraftSource source, int n) {
         const Follower* chosen = best_follower(followers, [&]() { return weights; }, min_sample, min_percent);
@@ -199,7 +199,7 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, DraftEv
         // Above 50 % at most one other follower can pass; scan for the rare ties.
         const Follower* runner_up = nullptr;
         uint64_t runner_score = 0;
-        StaticWeights scorer(weights);
+        RepositoryWeights scorer(weights);
         for (const Follower& f : followers) {
             if (f.token == chosen->token || !passes_percent(f.count, followers.sum, min_percent)) continue;
             const uint64_t score = scorer.score(f);
@@ -211,18 +211,18 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, DraftEv
         if (runner_up != nullptr) offer({runner_up->token, source, ngram, runner_up->count, followers.sum});
     };
     const TailKeys tail(seq);
-    const NgramCache* caches[2] = {sources.context, sources.dynamic};
-    const DraftThresholds* thresholds[2] = {&k_context_thresholds, &k_dynamic_thresholds};
+    const NgramCache* caches[2] = {sources.context, sources.workspace};
+    const DraftThresholds* thresholds[2] = {&k_context_thresholds, &k_workspace_thresholds};
     const DraftSource names[2] = {DraftSource::context, DraftSource::workspace};
     for (int c = 0; c < 2; ++c) {
         if (caches[c] == nullptr) continue;
         for (int i = 0; i < tail.n; ++i) {
             const int n = tail.n - i;
-            offer_key(caches[c]->find(tail.keys[i]), static_part, thresholds[c]->min_sample[n - 1],
+            offer_key(caches[c]->find(tail.keys[i]), repository_part, thresholds[c]->min_sample[n - 1],
                       thresholds[c]->min_percent[n - 1], names[c], n);
         }
     }
-    offer_key(with_totals(static_part), FollowerSpan{}, k_static_min_sample, k_static_min_percent,
+    offer_key(with_totals(repository_part), FollowerSpan{}, k_static_min_sample, k_static_min_percent,
               DraftSource::repository, k_static_ngram);
     return n_out;
 }

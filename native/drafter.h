@@ -10,11 +10,17 @@
 
 namespace lookup {
 
-// Any source may be null. The static cache must have been verified.
+// Which cache decided a drafted token: the request's own text (context), the workspace's
+// files, kept current as they change (workspace), or a repository's static cache file
+// built ahead (repository). The values are the ids Python sees (lookahead_lsp._lookup.DraftSource).
+enum class DraftSource : uint8_t { context = 0, workspace = 1, repository = 2 };
+
+// The caches one drafting call reads, one per DraftSource. Any may be null; the repository
+// cache must have been verified.
 struct DraftSources {
     const NgramCache* context = nullptr;
-    const NgramCache* dynamic = nullptr;
-    const StaticCache* static_cache = nullptr;
+    const NgramCache* workspace = nullptr;
+    const StaticCache* repository = nullptr;
 };
 
 // Per n-gram size (index n - 1): a key qualifies when its followers' total count reaches
@@ -25,13 +31,10 @@ struct DraftThresholds {
 };
 
 inline constexpr DraftThresholds k_context_thresholds{{2, 2, 1, 1}, {66, 50, 50, 50}};  // "lax"
-inline constexpr DraftThresholds k_dynamic_thresholds{{4, 3, 2, 2}, {75, 66, 66, 66}};  // "strict"
-// A follower also seen after the same 2 tokens in the static cache has its count multiplied by
-// this times its static count.
-inline constexpr uint64_t k_static_weight = 100;
-
-// Which cache decided a drafted token.
-enum class DraftSource : uint8_t { context = 0, workspace = 1, repository = 2 };
+inline constexpr DraftThresholds k_workspace_thresholds{{4, 3, 2, 2}, {75, 66, 66, 66}};  // "strict"
+// A follower also seen after the same 2 tokens in the repository cache has its count multiplied
+// by this times its count there.
+inline constexpr uint64_t k_repository_weight = 100;
 
 // Why a token was drafted: the deciding cache, the n-gram size of its key, the chosen
 // follower's raw count and the key's total count. Callers calibrate acceptance on these.
@@ -44,10 +47,10 @@ struct DraftEvidence {
 };
 
 // Drafts up to n_draft tokens following known[0..n_known) into out. Decisions:
-//  1. context cache, n = 4..1, lax thresholds; 2. dynamic cache, n = 4..1, strict thresholds;
-//     followers scored count x (100 x static count, or 1 if absent from the static followers of
-//     the last two tokens), in 64-bit arithmetic;
-//  3. static cache alone on the last two tokens: its most frequent follower, if the total is
+//  1. context cache, n = 4..1, lax thresholds; 2. workspace cache, n = 4..1, strict thresholds;
+//     followers scored count x (100 x repository count, or 1 if absent from the repository
+//     followers of the last two tokens), in 64-bit arithmetic;
+//  3. repository cache alone on the last two tokens: its most frequent follower, if the total is
 //     >= 2 and it holds >= 50 % (decided when the file was built, see static_cache_format.h).
 // Score ties go to the lowest token id. Sizes longer than the sequence are skipped; fewer than
 // two known tokens draft nothing (as upstream). Returns the number of tokens drafted; evidence,

@@ -1,4 +1,4 @@
-// The mutable n-gram cache (n = 1..4) behind the context and the workspace ("dynamic") caches.
+// The mutable n-gram cache (n = 1..4) behind the context and the workspace caches.
 #pragma once
 
 #include "huge_page_allocator.h"

@@ -41,12 +41,12 @@ size_t draft_step(const token_t* chunk, size_t done, size_t n_ctx, const DraftSo
 }  // namespace
 
 ReplayStats replay(const token_t* tokens, size_t n_tokens, size_t n_ctx, size_t n_draft, size_t max_branches,
-                   NgramCache* dynamic, const StaticCache* static_cache) {
+                   NgramCache* workspace, const StaticCache* repository) {
     ReplayStats stats;
     if (n_ctx == 0) return stats;
     stats.n_predict = n_tokens - n_tokens % n_ctx;
     NgramCache context;
-    const DraftSources sources{&context, dynamic, static_cache};
+    const DraftSources sources{&context, workspace, repository};
     std::vector<token_t> drafted(n_draft);
     std::vector<token_t> tree(n_draft * max_branches);
     std::vector<int32_t> parents(n_draft * max_branches);
@@ -75,7 +75,7 @@ ReplayStats replay(const token_t* tokens, size_t n_tokens, size_t n_ctx, size_t 
             }
         }
         stats.draft_ns += elapsed_ns(start_chunk);
-        if (dynamic != nullptr) dynamic->merge(context);
+        if (workspace != nullptr) workspace->merge(context);
         context.clear();
     }
     return stats;

@@ -17,11 +17,11 @@ struct ReplayStats {
 
 // Cuts `tokens` into chunks of n_ctx; in each, pretends to generate the chunk: draft, accept
 // the drafted tokens that match, then "sample" the true next token, keeping a context cache of
-// the chunk so far. After each chunk its context cache is merged into `dynamic` (if given), as
+// the chunk so far. After each chunk its context cache is merged into `workspace` (if given), as
 // upstream does. With max_branches > 1 each step drafts a token tree instead (draft_tree) and
 // keeps its longest path that matches the text, as a tree verifier would; n_drafted then counts
 // every node of every tree, the tokens verification pays for.
 ReplayStats replay(const token_t* tokens, size_t n_tokens, size_t n_ctx, size_t n_draft, size_t max_branches,
-                   NgramCache* dynamic, const StaticCache* static_cache);
+                   NgramCache* workspace, const StaticCache* repository);
 
 }  // namespace lookup

@@ -77,17 +77,18 @@ class Caches:
 
 
 def build(case: Case, tmp_dir: str) -> Caches:
-    native: dict[str, object] = {"context": None, "dynamic": None, "static": None}
+    # Keyed by the native arguments (the DraftSource names) and by the reference's.
+    native: dict[str, object] = {"context": None, "workspace": None, "repository": None}
     ref: dict[str, Optional[RefCache]] = {"context": None, "dynamic": None, "static": None}
     if case.context_docs is not None:
         native["context"] = native_cache(case.n_vocab, case.context_docs)
         ref["context"] = ref_cache_from_docs(case.context_docs)
     if case.dynamic_docs is not None:
-        native["dynamic"] = native_cache(case.n_vocab, case.dynamic_docs)
+        native["workspace"] = native_cache(case.n_vocab, case.dynamic_docs)
         ref["dynamic"] = ref_cache_from_docs(case.dynamic_docs)
     if case.static_docs is not None:
         path = os.path.join(tmp_dir, "static.lookup")
-        native["static"] = native_static(case.n_vocab, case.static_docs, path, case.fingerprint)
+        native["repository"] = native_static(case.n_vocab, case.static_docs, path, case.fingerprint)
         ref["static"] = ref_static_from_docs(case.static_docs)
     return Caches(native, ref)
 
@@ -278,7 +279,7 @@ def test_static_weight_does_not_overflow(tmp_path) -> None:  # type: ignore[no-u
                 et, ep = ref_draft_tree(prompt, 5, 4, ref_ctx, ref_ctx if dyn is not None else None, ref_static)
                 assert (t.tolist(), p.tolist()) == (et, ep), (ctx_docs, prompt)
         # Static alone with sums above 2**31.
-        assert _lookup.draft([0, 4], 3, static=static).tolist() == ref_draft([0, 4], 3, static=ref_static)
+        assert _lookup.draft([0, 4], 3, repository=static).tolist() == ref_draft([0, 4], 3, static=ref_static)
 
 
 def upstream_cache(path: str, n_vocab: int, entries: dict[tuple[int, ...], dict[int, int]]) -> "_lookup.NgramCache":
@@ -333,7 +334,7 @@ def test_threshold_and_weight_grid(tmp_path, which: str, n: int) -> None:  # typ
         cache = upstream_cache(str(tmp_path / "grid.bin"), 10, {key: fol})
         ref = ref_of({key: fol})
         for static, ref_static, weights in zip(static_caches, ref_statics, statics):
-            kw = {which: cache, "static": static}
+            kw = {"context" if which == "context" else "workspace": cache, "repository": static}
             rkw = {which: ref, "static": ref_static}
             got = _lookup.draft(GRID_PROMPT, 1, **kw).tolist()
             assert got == ref_draft(GRID_PROMPT, 1, **rkw), (which, n, fol, weights)
@@ -358,12 +359,12 @@ def test_static_alone_grid(tmp_path) -> None:  # type: ignore[no-untyped-def]
         (tmp_path / str(i)).mkdir()
         static = upstream_static(str(tmp_path / str(i)), 10, {(7, 8): fol})
         ref_static = ref_of({(7, 8): fol}, (2,))
-        got = _lookup.draft(GRID_PROMPT, 1, static=static).tolist()
+        got = _lookup.draft(GRID_PROMPT, 1, repository=static).tolist()
         total = sum(fol.values())
         best = min(fol, key=lambda t: (-fol[t], t))
         assert got == ([best] if total >= 2 and 100 * fol[best] >= 50 * total else []), fol
         assert got == ref_draft(GRID_PROMPT, 1, static=ref_static)
-        t, p, _ = _lookup.draft_tree(GRID_PROMPT, 1, 5, static=static)
+        t, p, _ = _lookup.draft_tree(GRID_PROMPT, 1, 5, repository=static)
         assert (t.tolist(), p.tolist()) == ref_draft_tree(GRID_PROMPT, 1, 5, static=ref_static), fol
 
 
@@ -422,8 +423,8 @@ def test_real_code_matches_reference(real_corpus, use_dynamic: bool, use_static:
             caches = Caches(
                 native={
                     "context": ctx,
-                    "dynamic": native["dynamic"] if use_dynamic else None,
-                    "static": native["static"] if use_static else None,
+                    "workspace": native["dynamic"] if use_dynamic else None,
+                    "repository": native["static"] if use_static else None,
                 },
                 ref={
                     "context": ref_ctx,
@@ -459,7 +460,7 @@ def test_real_model_tokens(request, tmp_path) -> None:  # type: ignore[no-untype
         ref_ctx.add(target[:pos], first=done)
         done = pos
         caches = Caches(
-            native={"context": ctx, "dynamic": dyn, "static": static},
+            native={"context": ctx, "workspace": dyn, "repository": static},
             ref={"context": ref_ctx, "dynamic": ref_dyn, "static": ref_static},
         )
         check_draft_and_tree(caches, target[:pos], 8, 3)
@@ -505,7 +506,7 @@ def test_array_likes(small: Caches) -> None:
     assert _lookup.draft(np.array([5, 0, 1, 0, 5], dtype=np.int32)[::2], 4, **small.native).tolist() == expected
 
 
-@pytest.mark.parametrize("which", ["context", "dynamic", "static"])
+@pytest.mark.parametrize("which", ["context", "workspace", "repository"])
 @pytest.mark.parametrize("bad", [[5, 10], [10, 5], [-1, 5, 1], [5, 1, 2**31 - 1]])
 def test_out_of_vocab_tokens(small: Caches, which: str, bad: list[int]) -> None:
     kwargs = {which: small.native[which]}
@@ -525,14 +526,14 @@ def test_unverified_static_cache_is_refused(small: Caches, tmp_path) -> None:  #
     s = _lookup.StaticCache.open(path)
     assert not s.verified
     with pytest.raises(ValueError):
-        _lookup.draft([5, 1], 3, static=s)
+        _lookup.draft([5, 1], 3, repository=s)
     with pytest.raises(ValueError):
-        _lookup.draft([5, 1], 3, context=small.native["context"], static=s)
+        _lookup.draft([5, 1], 3, context=small.native["context"], repository=s)
     with pytest.raises(ValueError):
-        _lookup.draft_tree([5, 1], 3, 2, static=s)
+        _lookup.draft_tree([5, 1], 3, 2, repository=s)
     s.verify()
     assert s.verified
-    assert _lookup.draft([5, 1], 3, static=s).tolist() == ref_draft(
+    assert _lookup.draft([5, 1], 3, repository=s).tolist() == ref_draft(
         [5, 1], 3, static=ref_static_from_docs([[5, 1, 5, 1, 5, 1]])
     )
     s.close()
@@ -567,3 +568,19 @@ def test_draft_with_many_followers_matches_reference(tmp_path_factory, seed: int
     caches = build(case, str(tmp_path_factory.mktemp("many")))
     for end in prefix_ends(len(case.prompt), 20):
         check_draft_and_tree(caches, case.prompt[:end], n_draft, 3)
+
+
+def test_evidence_names_its_source(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Each drafted token's evidence names the cache that decided it, as a DraftSource."""
+    workspace = native_cache(10, [[1, 2, 3] * 4])
+    repository = native_static(10, [[5, 6, 7, 5, 6, 7]], str(tmp_path / "static.lookup"), 0)
+    context = native_cache(10, [[8, 9, 4, 8, 9, 4]])
+    sources = {
+        "context": ([8, 9], context, None, None),
+        "workspace": ([1, 2], None, workspace, None),
+        "repository": ([5, 6], None, None, repository),
+    }
+    for name, (prompt, ctx, ws, repo) in sources.items():
+        _, evidence = _lookup.draft_with_evidence(prompt, 1, ctx, ws, repo)
+        assert _lookup.DraftSource(evidence[0, 0]) is _lookup.DraftSource[name]
+    assert [s.name for s in _lookup.DraftSource] == ["context", "workspace", "repository"]

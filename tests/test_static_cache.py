@@ -227,7 +227,7 @@ def test_drafting_with_large_static_equals_reference(large) -> None:  # type: ig
         ref_ctx.add(target[:pos], first=done)
         done = pos
         prompt = target[:pos]
-        assert _lookup.draft(prompt, 8, static=s).tolist() == ref_draft(prompt, 8, static=ref)
+        assert _lookup.draft(prompt, 8, repository=s).tolist() == ref_draft(prompt, 8, static=ref)
         assert _lookup.draft(prompt, 8, ctx, ctx, s).tolist() == ref_draft(prompt, 8, ref_ctx, ref_ctx, ref)
         t, p, _ = _lookup.draft_tree(prompt, 6, 3, ctx, None, s)
         assert (t.tolist(), p.tolist()) == ref_draft_tree(prompt, 6, 3, ref_ctx, None, ref)
@@ -250,7 +250,7 @@ def test_drafting_with_static_equals_reference(tmp_path_factory, vd, data) -> No
         for end in range(0, len(doc) + 1, 3):
             prompt = doc[:end]
             for n_draft in (1, 5):
-                assert _lookup.draft(prompt, n_draft, static=s).tolist() == ref_draft(prompt, n_draft, static=ref)
+                assert _lookup.draft(prompt, n_draft, repository=s).tolist() == ref_draft(prompt, n_draft, static=ref)
                 assert _lookup.draft(prompt, n_draft, ctx, None, s).tolist() == ref_draft(prompt, n_draft, ref_ctx, None, ref)
                 t, p, _ = _lookup.draft_tree(prompt, n_draft, 3, ctx, ctx, s)
                 assert (t.tolist(), p.tolist()) == ref_draft_tree(prompt, n_draft, 3, ref_ctx, ref_ctx, ref)
@@ -283,7 +283,7 @@ def test_close_then_use_does_not_crash(tmp_path) -> None:  # type: ignore[no-unt
             print(view.tolist())
         except Exception as e:
             print("view:", type(e).__name__)
-        for call in (lambda: s.followers(1, 2), lambda: s.to_arrays(), lambda: _lookup.draft([1, 2], 2, static=s), s.verify):
+        for call in (lambda: s.followers(1, 2), lambda: s.to_arrays(), lambda: _lookup.draft([1, 2], 2, repository=s), s.verify):
             try:
                 call()
             except Exception as e:
@@ -553,7 +553,7 @@ def check_self_consistent(s: "_lookup.StaticCache") -> None:
     if rows:
         t0, t1 = rows[0][:2]
         expected = followers[offsets[0] : offsets[1]]
-        assert len(_lookup.draft([t0, t1], 4, static=s)) <= 4
+        assert len(_lookup.draft([t0, t1], 4, repository=s)) <= 4
         assert s.followers(t0, t1).tolist() == expected.tolist()
 
 
@@ -668,7 +668,7 @@ def test_flip_that_open_misses_is_caught_by_verify(tmp_path_factory, golden: Gol
     check_error_message(e.value, path)
     assert not s.verified
     with pytest.raises(ValueError):
-        _lookup.draft([1, 2, 3], 3, static=s)
+        _lookup.draft([1, 2, 3], 3, repository=s)
     s.close()
 
 
@@ -779,7 +779,7 @@ unverified = _lookup.StaticCache.open(path, n_vocab)
 
 def answers(cache):
     pairs = [cache.followers(a, b).tolist() for a in range(n_vocab) for b in range(n_vocab)]
-    drafts = [_lookup.draft(np.array([a, b], dtype=np.int32), 8, static=cache).tolist()
+    drafts = [_lookup.draft(np.array([a, b], dtype=np.int32), 8, repository=cache).tolist()
               for a in range(n_vocab) for b in range(n_vocab)]
     return pairs, drafts, [a.tolist() for a in cache.to_arrays()], cache.header
 

@@ -1,8 +1,13 @@
 """Native n-gram lookup core (C++, see native/). Token arrays are int32 numpy arrays (any
 array-like is converted); results are int32 numpy arrays. Follower arrays have shape (k, 2):
 column 0 the token id, column 1 its count, rows sorted by token id. All C++ work runs without
-the GIL."""
+the GIL.
 
+Drafting reads up to three caches, one per DraftSource: the request's own text (context), the
+workspace's files (workspace, an NgramCache kept current) and a repository's prebuilt file
+(repository, a StaticCache)."""
+
+import enum
 from typing import Optional, Sequence
 
 import numpy as np
@@ -16,12 +21,20 @@ STATIC_NGRAM: int  # 2
 STATIC_FORMAT_VERSION: int
 STATIC_MAGIC: bytes  # the first 8 bytes of a static cache file
 
+class DraftSource(enum.IntEnum):
+    """Which cache decided a drafted token; the ids in column 0 of the evidence arrays. A
+    source compares equal to its id and indexes sequences by it."""
+
+    context = 0
+    workspace = 1
+    repository = 2
+
 class CacheError(ValueError):
     """A cache file that cannot be used; the message is one line naming the file and the reason."""
 
 class NgramCache:
-    """Mutable n-gram cache for n = 1..4: the per-request context cache and the workspace's
-    dynamic cache. Keys whose last follower is removed disappear."""
+    """Mutable n-gram cache for n = 1..4: the per-request context cache and the workspace
+    cache. Keys whose last follower is removed disappear."""
 
     def __init__(self, n_vocab: int) -> None: ...
     @property
@@ -58,7 +71,7 @@ class NgramCache:
     def __eq__(self, other: object) -> bool: ...
 
 class StaticCache:
-    """Read-only 2-gram cache read from one file into private memory (the file's size), so
+    """The repository cache: a read-only 2-gram cache read from one file into private memory (the file's size), so
     nothing done to the file afterwards changes or crashes it. open() checks the header;
     verify() checks the whole-file checksum and every structural invariant. Drafting refuses
     a cache that has not been verified."""
@@ -121,49 +134,48 @@ def draft(
     tokens: TokenArray,
     n_draft: int,
     context: Optional[NgramCache] = None,
-    dynamic: Optional[NgramCache] = None,
-    static: Optional[StaticCache] = None,
+    workspace: Optional[NgramCache] = None,
+    repository: Optional[StaticCache] = None,
 ) -> np.ndarray:
     """Up to n_draft tokens predicted to follow `tokens` (llama.cpp's lookup semantics:
-    context with lax thresholds, then dynamic with strict ones, both weighted by the static
-    followers, then static alone). Ties go to the lowest token id. Only the last 4 tokens are
-    read; fewer than 2 tokens draft nothing."""
+    context with lax thresholds, then workspace with strict ones, both weighted by the
+    repository followers, then repository alone). Ties go to the lowest token id. Only the last
+    4 tokens are read; fewer than 2 tokens draft nothing."""
 
 def draft_with_evidence(
     tokens: TokenArray,
     n_draft: int,
     context: Optional[NgramCache] = None,
-    dynamic: Optional[NgramCache] = None,
-    static: Optional[StaticCache] = None,
+    workspace: Optional[NgramCache] = None,
+    repository: Optional[StaticCache] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """draft() and, per drafted token, why: an (n, 4) int64 array of the deciding source
-    (0 context, 1 workspace/dynamic, 2 repository/static), the n-gram size of its key, the chosen
-    follower's count and the key's total count."""
+    """draft() and, per drafted token, why: an (n, 4) int64 array of the deciding DraftSource
+    id, the n-gram size of its key, the chosen follower's count and the key's total count."""
 
 def draft_tree(
     tokens: TokenArray,
     n_draft: int,
     max_branches: int = 3,
     context: Optional[NgramCache] = None,
-    dynamic: Optional[NgramCache] = None,
-    static: Optional[StaticCache] = None,
+    workspace: Optional[NgramCache] = None,
+    repository: Optional[StaticCache] = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A small token tree of continuations: (tokens, parents, evidence), evidence as in
-    draft_with_evidence (a branch's first node: the key that offered it); parents[i] the index of node i's
-    parent or -1 for a child of the last known token; parents come before children and each
-    branch's nodes are contiguous. Branch 0 is exactly draft(); then, depth by depth along it,
-    each other token that qualifies at that depth starts a branch continued greedily, up to
-    max_branches branches (at most 16)."""
+    draft_with_evidence (a branch's first node: the key that offered it); parents[i] the index
+    of node i's parent or -1 for a child of the last known token; parents come before children
+    and each branch's nodes are contiguous. Branch 0 is exactly draft(); then, depth by depth
+    along it, each other token that qualifies at that depth starts a branch continued greedily,
+    up to max_branches branches (at most 16)."""
 
 def replay(
     tokens: TokenArray,
     n_ctx: int,
     n_draft: int,
-    dynamic: Optional[NgramCache] = None,
-    static: Optional[StaticCache] = None,
+    workspace: Optional[NgramCache] = None,
+    repository: Optional[StaticCache] = None,
     max_branches: int = 1,
 ) -> dict[str, int]:
     """llama-lookup-stats' method over pre-tokenized text: n_predict, n_drafted, n_accept,
-    draft_ns. `dynamic` is updated with each chunk's context cache, as upstream does. With
-    max_branches > 1 (at most 16) each step drafts a token tree (draft_tree) and keeps its
-    longest-matching branch; n_drafted then counts all tree nodes."""
+    draft_ns. `workspace` is updated with each chunk's context cache, as upstream does (its
+    "dynamic" cache). With max_branches > 1 (at most 16) each step drafts a token tree
+    (draft_tree) and keeps its longest-matching branch; n_drafted then counts all tree nodes."""
