@@ -1,105 +1,194 @@
-"""The daemon's configuration, as editors send it (initializationOptions and
-workspace/didChangeConfiguration): camelCase keys, optionally under a "lookahead" section.
-Unknown keys are reported, bad values refused with a message and the old value kept."""
+"""The daemon's settings, declared once: each field of `Settings` carries its editor key, default,
+allowed values, description and scope. Editors send them as initializationOptions and
+workspace/didChangeConfiguration (camelCase keys, optionally under a "lookahead" section); the
+daemon validates them here, refusing a bad value with one line and keeping the rest. The VS Code
+extension's package.json declares the same settings (a test compares them with this schema);
+`python -m lookahead_lsp.settings` prints them as package.json properties or a README table."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-from collections.abc import Callable, Mapping
+import json
+import sys
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from lookahead_lsp.engine import DRAFT_MODES
-
 SECTION = "lookahead"
+
+# VS Code's setting scopes: who may set a value. A workspace (a repository the user opened) may
+# set "window" ones; "machine-overridable" ones choose files and hardware, which VS Code lets a
+# workspace set only once the user trusts it (package.json's restrictedConfigurations).
+WINDOW = "window"
+MACHINE_OVERRIDABLE = "machine-overridable"
+
+# The values of `draft`, with what each means.
+DRAFT_MODE_DESCRIPTIONS: dict[str, str] = {
+    "auto": "Draft from n-gram lookup with a length chosen by the cost model (default).",
+    "none": "No drafting: one token per model pass.",
+    "lookup": "Token trees from the document, workspace and static caches.",
+    "lookahead": "Lookup plus a Jacobi lookahead window.",
+}
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """What the daemon accepts for one setting, and how an editor declares it."""
+
+    description: str
+    scope: str = WINDOW
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    choices: Mapping[str, str] | None = None  # allowed value -> what it means
+
+
+def _setting(default: Any, description: str, **spec: Any) -> Any:
+    return field(default=default, metadata={"setting": SettingSpec(description, **spec)})
 
 
 @dataclass(frozen=True)
 class Settings:
-    model_path: str | None = None
-    draft: str = "auto"
-    max_tokens: int = 64
-    time_budget_ms: float | None = 2000.0
-    context_size: int = 4096
-    prefix_tokens: int = 1536
-    suffix_tokens: int = 256
-    extra_context_tokens: int = 512
-    static_cache_path: str | None = None
-    ignore_globs: tuple[str, ...] = ()
-    threads: int | None = None
-    gpu_layers: int = -1
-    debounce_ms: int = 30
-    disabled_languages: tuple[str, ...] = field(default_factory=tuple)
-    # Documents longer than this many KiB (1 KiB = 1,024 characters of editor text, or bytes of
-    # an unopened file) are not completed nor indexed from the editor: the indexer skips files
-    # above 1 MiB on disk too (files.py), and each completion copies and hashes the whole text.
-    max_document_kb: int = 1024
+    model_path: str | None = _setting(
+        None,
+        "GGUF model file, an absolute path (or `~/...`), or a name from `lookahead-lsp models list`. Empty: the default model.",
+        scope=MACHINE_OVERRIDABLE,
+    )
+    draft: str = _setting("auto", "Speculative drafting mode.", choices=DRAFT_MODE_DESCRIPTIONS)
+    max_tokens: int = _setting(64, "Most tokens in one completion.", minimum=1, maximum=1024)
+    time_budget_ms: float | None = _setting(
+        2000.0,
+        "Stop generating a completion this many milliseconds after its prompt is evaluated (one model pass always runs). Empty: no limit.",
+        minimum=1,
+    )
+    context_size: int = _setting(4096, "Model context size in tokens.", minimum=512, maximum=131072)
+    prefix_tokens: int = _setting(1536, "Token budget for the text before the cursor.", minimum=16, maximum=32768)
+    suffix_tokens: int = _setting(256, "Token budget for the text after the cursor.", minimum=0, maximum=32768)
+    extra_context_tokens: int = _setting(
+        512, "Token budget for context from recently edited other files.", minimum=0, maximum=32768
+    )
+    static_cache_path: str | None = _setting(
+        None,
+        "Static n-gram cache file, an absolute path (or `~/...`). Empty: `.lookahead/static.cache` in each workspace folder.",
+        scope=MACHINE_OVERRIDABLE,
+    )
+    ignore_globs: tuple[str, ...] = _setting((), "Glob patterns of files to leave out of the workspace index.")
+    threads: int | None = _setting(
+        None, "CPU threads for the model. Empty: the daemon's choice.", scope=MACHINE_OVERRIDABLE, minimum=1, maximum=256
+    )
+    gpu_layers: int = _setting(
+        -1,
+        "Model layers offloaded to the GPU on a GPU build of llama-cpp-python: -1 all, 0 none (CPU only).",
+        scope=MACHINE_OVERRIDABLE,
+        minimum=-1,
+        maximum=1000,
+    )
+    debounce_ms: int = _setting(
+        30,
+        "Wait after a keystroke before the model starts on a completion; a newer keystroke in the same document replaces the request. Explicitly invoked completions do not wait.",
+        minimum=0,
+        maximum=2000,
+    )
+    disabled_languages: tuple[str, ...] = _setting(
+        (), "Language ids (e.g. \"markdown\", \"plaintext\") for which no completions are given."
+    )
+    # Each completion copies and hashes the whole text, and the indexer skips files above 1 MiB
+    # on disk too (files.py): a cap bounds the work per keystroke.
+    max_document_kb: int = _setting(
+        1024,
+        "Documents longer than this many KiB are neither completed nor indexed from the editor (bounds the daemon's memory and work per keystroke).",
+        minimum=1,
+        maximum=65536,
+    )
 
 
-def _optional_text(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ValueError("expected a string or null")
-    return value
+@dataclass(frozen=True)
+class Setting:
+    """One setting as editors see it: its key, JSON type and default, and the field it sets."""
 
+    key: str  # camelCase, under the "lookahead" section
+    name: str  # the Settings field
+    json_type: str  # "string", "integer", "number" or "array" (of strings)
+    nullable: bool  # null (or "" for a string) means the daemon's choice
+    default: Any  # as an editor stores it: JSON, "" for a string with no value
+    spec: SettingSpec
 
-def _integer(low: int, high: int) -> Callable[[Any], int]:
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"expected an integer in [{low}, {high}]")
+    def parse(self, value: Any) -> Any:
+        """The value for Settings; ValueError (saying what is expected) for anything else."""
+        if self.nullable and (value is None or (self.json_type == "string" and value == "")):
+            return None
+        if self.json_type == "string":
+            return self._text(value)
+        if self.json_type == "array":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError("expected a list of strings")
+            return tuple(value)
+        return self._number(value)
+
+    def _text(self, value: Any) -> str:
+        choices = self.spec.choices
+        if choices is not None and (not isinstance(value, str) or value not in choices):
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        if not isinstance(value, str):
+            raise ValueError("expected a string" + (" or null" if self.nullable else ""))
         return value
 
-    return check
+    def _number(self, value: Any) -> int | float:
+        integer = self.json_type == "integer"
+        fits = isinstance(value, int) if integer else isinstance(value, (int, float))
+        low, high = self.spec.minimum, self.spec.maximum
+        if isinstance(value, bool) or not fits or (low is not None and value < low) or (high is not None and value > high):
+            what = "an integer" if integer else "a number"
+            bounds = f" in [{low}, {high}]" if high is not None else f" >= {low}" if low is not None else ""
+            raise ValueError(f"expected {what}{bounds}" + (" or null" if self.nullable else ""))
+        return value if integer else float(value)
+
+    def package_property(self) -> dict[str, Any]:
+        """The setting as a property of package.json's contributes.configuration."""
+        prop: dict[str, Any] = {"type": [self.json_type, "null"] if self.nullable and self.json_type != "string" else self.json_type}
+        if self.json_type == "array":
+            prop["items"] = {"type": "string"}
+        if self.spec.choices is not None:
+            prop["enum"] = list(self.spec.choices)
+            prop["enumDescriptions"] = list(self.spec.choices.values())
+        prop["default"] = self.default
+        for bound in ("minimum", "maximum"):
+            if (value := getattr(self.spec, bound)) is not None:
+                prop[bound] = value
+        prop["description"] = self.spec.description
+        prop["scope"] = self.spec.scope
+        return prop
 
 
-def _optional_integer(low: int, high: int) -> Callable[[Any], int | None]:
-    check = _integer(low, high)
-    return lambda value: None if value is None else check(value)
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(part.capitalize() for part in rest)
 
 
-def _optional_positive_number(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError("expected a positive number or null")
-    return float(value)
+_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", tuple[str, ...]: "array"}
 
 
-def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if value not in options:
-            raise ValueError(f"expected one of {', '.join(options)}")
-        return str(value)
+def _describe(f: dataclasses.Field[Any], hint: Any) -> Setting:
+    args = typing.get_args(hint)
+    nullable = isinstance(hint, types.UnionType) and type(None) in args
+    base = next(a for a in args if a is not type(None)) if nullable else hint
+    default = f.default
+    if default is None and base is str:
+        default = ""
+    elif isinstance(default, tuple):
+        default = list(default)
+    elif isinstance(default, float) and default.is_integer():
+        default = int(default)
+    return Setting(_camel(f.name), f.name, _JSON_TYPES[base], nullable, default, f.metadata["setting"])
 
-    return check
 
-
-def _strings(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError("expected a list of strings")
-    return tuple(value)
-
-
-# Editor key -> (Settings field, validator).
-_KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "modelPath": ("model_path", _optional_text),
-    "draft": ("draft", _choice(DRAFT_MODES)),
-    "maxTokens": ("max_tokens", _integer(1, 1024)),
-    "timeBudgetMs": ("time_budget_ms", _optional_positive_number),
-    "contextSize": ("context_size", _integer(512, 131072)),
-    "prefixTokens": ("prefix_tokens", _integer(16, 32768)),
-    "suffixTokens": ("suffix_tokens", _integer(0, 32768)),
-    "extraContextTokens": ("extra_context_tokens", _integer(0, 32768)),
-    "staticCachePath": ("static_cache_path", _optional_text),
-    "ignoreGlobs": ("ignore_globs", _strings),
-    "threads": ("threads", _optional_integer(1, 256)),
-    "gpuLayers": ("gpu_layers", _integer(-1, 1000)),
-    "debounceMs": ("debounce_ms", _integer(0, 2000)),
-    "disabledLanguages": ("disabled_languages", _strings),
-    "maxDocumentKb": ("max_document_kb", _integer(1, 65536)),
-}
-EDITOR_KEYS = tuple(_KEYS)
+_HINTS = typing.get_type_hints(Settings)
+SCHEMA: tuple[Setting, ...] = tuple(_describe(f, _HINTS[f.name]) for f in dataclasses.fields(Settings))
+_BY_KEY = {setting.key: setting for setting in SCHEMA}
+EDITOR_KEYS = tuple(_BY_KEY)
 
 
 @dataclass(frozen=True)
@@ -111,7 +200,8 @@ class SettingsUpdate:
 
 def apply_update(current: Settings, raw: Any) -> SettingsUpdate:
     """current with the editor's values applied. raw is the object the editor sent: the
-    settings themselves or {"lookahead": {...}}; null or a non-object changes nothing."""
+    settings themselves or {"lookahead": {...}}; null or a non-object changes nothing. A bad
+    value is refused (one line in problems) and the setting keeps its current value."""
     if isinstance(raw, Mapping) and isinstance(raw.get(SECTION), Mapping):
         raw = raw[SECTION]
     if raw is None:
@@ -121,15 +211,71 @@ def apply_update(current: Settings, raw: Any) -> SettingsUpdate:
     values: dict[str, Any] = {}
     problems: list[str] = []
     for key, value in raw.items():
-        entry = _KEYS.get(key)
-        if entry is None:
-            problems.append(f"unknown setting {key!r} ignored")
+        setting = _BY_KEY.get(key)
+        if setting is None:
+            problems.append(f"unknown setting {SECTION}.{key} ignored")
             continue
-        name, check = entry
         try:
-            values[name] = check(value)
+            values[setting.name] = setting.parse(value)
         except ValueError as error:
-            problems.append(f"setting {key!r}: {value!r} refused ({error}); keeping {getattr(current, name)!r}")
+            kept = getattr(current, setting.name)
+            problems.append(f"{SECTION}.{key}: {_shown(value)} refused ({error}); keeping {_shown(kept)}")
     updated = dataclasses.replace(current, **values)
     changed = frozenset(n for n in values if getattr(current, n) != getattr(updated, n))
     return SettingsUpdate(updated, changed, tuple(problems))
+
+
+def _shown(value: Any) -> str:
+    """A value in a message, as JSON (what the user wrote), cut short."""
+    text = json.dumps(list(value) if isinstance(value, tuple) else value, default=repr)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- generated text ------------------------------------------------------------------------------
+
+
+def package_properties() -> dict[str, dict[str, Any]]:
+    """The settings as package.json's contributes.configuration.properties."""
+    return {f"{SECTION}.{s.key}": s.package_property() for s in SCHEMA}
+
+
+def markdown_table() -> str:
+    """The settings as a README table."""
+    rows = ["| Setting | Type | Default | Description |", "|---|---|---|---|"]
+    for s in SCHEMA:
+        kind = "/".join(f"`{c}`" for c in s.spec.choices) if s.spec.choices else s.json_type.replace("array", "list of strings")
+        if s.spec.minimum is not None:
+            kind += f" ≥ {s.spec.minimum}" if s.spec.maximum is None else f" {s.spec.minimum}..{s.spec.maximum}"
+        if s.nullable and s.json_type != "string":
+            kind += " or null"
+        rows.append(f"| `{s.key}` | {kind} | `{json.dumps(s.default)}` | {s.spec.description} |")
+    return "\n".join(rows) + "\n"
+
+
+def update_package_json(path: Path) -> None:
+    """Rewrites the daemon's settings in an extension's package.json from the schema; the
+    extension's own settings (those the daemon does not know) stay first, as they are."""
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    properties = manifest["contributes"]["configuration"]["properties"]
+    generated = package_properties()
+    own = {key: value for key, value in properties.items() if key not in generated}
+    manifest["contributes"]["configuration"]["properties"] = {**own, **generated}
+    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lookahead_lsp.settings", description=__doc__.splitlines()[0])
+    parser.add_argument("format", choices=("markdown", "package-json"), help="a README table or package.json properties")
+    parser.add_argument("--update", type=Path, metavar="PACKAGE_JSON", help="package-json: rewrite this file's settings")
+    args = parser.parse_args(argv)
+    if args.format == "markdown":
+        sys.stdout.write(markdown_table())
+    elif args.update is not None:
+        update_package_json(args.update)
+    else:
+        sys.stdout.write(json.dumps(package_properties(), indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -32,7 +32,8 @@ import {
   checkPathSettings,
   completionsEnabled,
   configurationChangeParams,
-  debounce,
+  daemonOptions,
+  declaredSettings,
   ensureCacheFolder,
   formatCommandLine,
   formatStatusBar,
@@ -41,7 +42,6 @@ import {
   readSettings,
   resolveBuildCacheCommand,
   settingNamedIn,
-  toInitializationOptions,
 } from './logic';
 import { DaemonChoice, MIN_PYTHON, VERIFY_DAEMON_ARGS, checkInstallSpec, chooseDaemon, privateVenvFolder } from './install';
 import { findPython, installDaemon } from './installer';
@@ -50,11 +50,18 @@ const POLL_MS = 2000;
 const STATUS_REQUEST = 'lookahead/status';
 const REBUILD_INDEX_REQUEST = 'lookahead/rebuildIndex';
 
-/** The settings and what is wrong with them. In an untrusted workspace VS Code hands out only
- * user-level values of the restricted settings (package.json's untrustedWorkspaces). */
-function loadSettings(): { settings: LookaheadSettings; problems: string[] } {
+/** The settings, the daemon's share of them, and what is wrong with them. In an untrusted
+ * workspace VS Code hands out only user-level values of the restricted settings (package.json's
+ * untrustedWorkspaces). declared: every setting package.json declares. */
+function loadSettings(declared: readonly string[]): {
+  settings: LookaheadSettings;
+  options: Record<string, unknown>;
+  problems: string[];
+} {
   const config = vscode.workspace.getConfiguration('lookahead');
-  return checkPathSettings(readSettings((key) => config.get(key)), os.homedir());
+  const get = (key: string): unknown => config.get(key);
+  const { settings, problems } = checkPathSettings(readSettings(get), os.homedir());
+  return { settings, options: daemonOptions(declared, get, settings), problems };
 }
 
 function isExecutableFile(file: string): boolean {
@@ -99,6 +106,8 @@ class LookaheadExtension implements vscode.Disposable {
   private readonly backoff = new RestartBackoff(5, 1000);
   private readonly poll = setInterval(() => void this.pollStatus(), POLL_MS);
   private settings: LookaheadSettings;
+  /** The daemon's settings, as initializationOptions and didChangeConfiguration send them. */
+  private daemonOptions: Record<string, unknown> = {};
   /** The refused settings last shown to the user, so that one message is shown once. */
   private shownProblems = '';
   /** What the current server runs (or why it could not): a change restarts it. */
@@ -116,7 +125,11 @@ class LookaheadExtension implements vscode.Disposable {
   private readonly privateVenv: string;
   private installing = false;
 
-  constructor(storage: string) {
+  /** declared: the settings package.json declares (declaredSettings). */
+  constructor(
+    storage: string,
+    private readonly declared: readonly string[],
+  ) {
     this.privateVenv = privateVenvFolder(storage);
     this.settings = this.loadSettings();
     this.statusItem.name = 'Lookahead';
@@ -154,12 +167,13 @@ class LookaheadExtension implements vscode.Disposable {
   }
 
   private loadSettings(): LookaheadSettings {
-    const { settings, problems } = loadSettings();
+    const { settings, options, problems } = loadSettings(this.declared);
+    this.daemonOptions = options;
     const text = problems.join(' ');
     if (text !== '' && text !== this.shownProblems) {
       this.log(text);
       void vscode.window.showErrorMessage(`Lookahead: ${text}`, 'Open Settings').then((choice) => {
-        if (choice) openSettings(settingNamedIn(text));
+        if (choice) openSettings(settingNamedIn(text, this.declared));
       });
     }
     this.shownProblems = text;
@@ -202,7 +216,7 @@ class LookaheadExtension implements vscode.Disposable {
       documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
       outputChannel: this.out,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
-      initializationOptions: toInitializationOptions(this.settings),
+      initializationOptions: this.daemonOptions,
       errorHandler: {
         error: () => ({ action: ErrorAction.Continue }),
         closed: () => {
@@ -238,16 +252,13 @@ class LookaheadExtension implements vscode.Disposable {
     void this.pollStatus();
   }
 
-  /** Client-side debounce, and no request at all while completions are off. */
+  /** No request at all while completions are off. Requests go out at once: the daemon waits
+   * debounceMs, and a newer request for the document replaces a waiting one. */
   private middleware(): Middleware {
     return {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         const where = `${vscode.workspace.asRelativePath(document.uri)}:${position.line + 1}:${position.character + 1}`;
         if (!completionsEnabled(this.settings, this.toggledOff, document.languageId)) return undefined;
-        if (!(await debounce(this.settings.debounceMs, token))) {
-          this.out.debug(`inline completion at ${where}: superseded while waiting`);
-          return undefined;
-        }
         this.out.debug(`inline completion at ${where}: asking the server`);
         this.inFlight += 1;
         this.updateStatusBar();
@@ -277,7 +288,7 @@ class LookaheadExtension implements vscode.Disposable {
     const fix = installed ? 'Install Again' : 'Open Settings';
     void vscode.window.showErrorMessage(text, fix, 'Show Log').then((choice) => {
       if (choice === 'Install Again') void this.installDaemon();
-      if (choice === 'Open Settings') openSettings(settingNamedIn(reason));
+      if (choice === 'Open Settings') openSettings(settingNamedIn(reason, this.declared));
       if (choice === 'Show Log') this.out.show(true);
     });
   }
@@ -285,7 +296,7 @@ class LookaheadExtension implements vscode.Disposable {
   /** A message the daemon shows the user (window/showMessage), with a button to the setting it
    * names (e.g. lookahead.modelPath when no model could be loaded). */
   private showDaemonMessage(type: MessageType, text: string): void {
-    const setting = settingNamedIn(text);
+    const setting = settingNamedIn(text, this.declared);
     const buttons = setting ? [`Open ${setting}`] : [];
     const show =
       type === MessageType.Error
@@ -386,7 +397,7 @@ class LookaheadExtension implements vscode.Disposable {
       void this.restartServer();
     } else if (this.client?.state === State.Running) {
       this.client
-        .sendNotification(DidChangeConfigurationNotification.type, configurationChangeParams(this.settings))
+        .sendNotification(DidChangeConfigurationNotification.type, configurationChangeParams(this.daemonOptions))
         .catch((e) => this.log(`didChangeConfiguration failed: ${message(e)}`));
     }
   }
@@ -629,7 +640,8 @@ class LookaheadExtension implements vscode.Disposable {
 let extension: LookaheadExtension | undefined;
 
 export function activate(context: vscode.ExtensionContext): void {
-  extension = new LookaheadExtension(context.globalStorageUri.fsPath);
+  const declared = declaredSettings(context.extension.packageJSON.contributes?.configuration?.properties ?? {});
+  extension = new LookaheadExtension(context.globalStorageUri.fsPath, declared);
   context.subscriptions.push(extension, ...extension.commands());
   extension.log(`Lookahead ${context.extension.packageJSON.version ?? ''} activated`);
   void extension.startServer(); // not awaited: activation does not wait for the model to load

@@ -3,31 +3,21 @@
 import * as fs from 'fs';
 import * as path from 'path';
 
-export type DraftMode = 'auto' | 'none' | 'lookup' | 'lookahead';
-const DRAFT_MODES: readonly DraftMode[] = ['auto', 'none', 'lookup', 'lookahead'];
-
-/** The `lookahead.*` settings, as the extension uses them. */
+/** The settings the extension itself reads. Every other `lookahead.*` setting of package.json
+ * belongs to the daemon, which validates it: the extension forwards those as they are
+ * (daemonOptions). modelPath and staticCachePath are read here too, to check them as paths. */
 export interface LookaheadSettings {
   enable: boolean;
   serverCommand: string[];
   pythonPath: string;
   installSpec: string;
   modelPath: string;
-  draft: DraftMode;
-  maxTokens: number;
-  timeBudgetMs: number;
-  contextSize: number;
-  prefixTokens: number;
-  suffixTokens: number;
-  extraContextTokens: number;
   staticCachePath: string;
-  ignoreGlobs: string[];
-  threads: number | null;
-  gpuLayers: number;
-  maxDocumentKb: number;
-  debounceMs: number;
   disabledLanguages: string[];
 }
+
+/** The settings only the extension uses: never sent to the daemon. */
+export const CLIENT_SETTINGS: readonly string[] = ['enable', 'serverCommand', 'pythonPath', 'installSpec'];
 
 export const DEFAULT_SETTINGS: Readonly<LookaheadSettings> = Object.freeze({
   enable: true,
@@ -35,28 +25,12 @@ export const DEFAULT_SETTINGS: Readonly<LookaheadSettings> = Object.freeze({
   pythonPath: '',
   installSpec: 'lookahead-lsp[model]',
   modelPath: '',
-  draft: 'auto',
-  maxTokens: 64,
-  timeBudgetMs: 2000,
-  contextSize: 4096,
-  prefixTokens: 1536,
-  suffixTokens: 256,
-  extraContextTokens: 512,
   staticCachePath: '',
-  ignoreGlobs: [],
-  threads: null,
-  gpuLayers: -1,
-  maxDocumentKb: 1024,
-  debounceMs: 75,
   disabledLanguages: [],
 });
 
 function strings(value: unknown, fallback: string[]): string[] {
   return Array.isArray(value) && value.every((v) => typeof v === 'string') ? [...value] : [...fallback];
-}
-
-function integer(value: unknown, fallback: number): number {
-  return typeof value === 'number' && Number.isFinite(value) ? Math.round(value) : fallback;
 }
 
 function text(value: unknown, fallback: string): string {
@@ -67,30 +41,23 @@ function text(value: unknown, fallback: string): string {
  * falls back to the default, so a hand-edited settings.json cannot break the extension. */
 export function readSettings(get: (key: string) => unknown): LookaheadSettings {
   const d = DEFAULT_SETTINGS;
-  const draft = get('draft');
-  const threads = get('threads');
-  const timeBudget = get('timeBudgetMs');
   return {
     enable: typeof get('enable') === 'boolean' ? (get('enable') as boolean) : d.enable,
     serverCommand: strings(get('serverCommand'), d.serverCommand).filter((s) => s !== ''),
     pythonPath: text(get('pythonPath'), d.pythonPath),
     installSpec: text(get('installSpec'), d.installSpec),
     modelPath: text(get('modelPath'), d.modelPath),
-    draft: DRAFT_MODES.includes(draft as DraftMode) ? (draft as DraftMode) : d.draft,
-    maxTokens: integer(get('maxTokens'), d.maxTokens),
-    timeBudgetMs: typeof timeBudget === 'number' && timeBudget > 0 ? timeBudget : d.timeBudgetMs,
-    contextSize: integer(get('contextSize'), d.contextSize),
-    prefixTokens: integer(get('prefixTokens'), d.prefixTokens),
-    suffixTokens: integer(get('suffixTokens'), d.suffixTokens),
-    extraContextTokens: integer(get('extraContextTokens'), d.extraContextTokens),
     staticCachePath: text(get('staticCachePath'), d.staticCachePath),
-    ignoreGlobs: strings(get('ignoreGlobs'), d.ignoreGlobs),
-    threads: typeof threads === 'number' && threads >= 1 ? Math.round(threads) : null,
-    gpuLayers: Math.max(-1, integer(get('gpuLayers'), d.gpuLayers)),
-    maxDocumentKb: Math.min(65536, Math.max(1, integer(get('maxDocumentKb'), d.maxDocumentKb))),
-    debounceMs: Math.max(0, integer(get('debounceMs'), d.debounceMs)),
     disabledLanguages: strings(get('disabledLanguages'), d.disabledLanguages),
   };
+}
+
+/** The `lookahead.*` setting names package.json declares (its contributes.configuration
+ * properties), without the prefix. */
+export function declaredSettings(properties: Record<string, unknown>): string[] {
+  return Object.keys(properties)
+    .filter((key) => key.startsWith('lookahead.'))
+    .map((key) => key.slice('lookahead.'.length));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -110,9 +77,16 @@ export function expandHome(value: string, home: string, platform: string = proce
   return rest === undefined ? value : pathApi(platform).join(home, rest);
 }
 
+/** Whether a modelPath names a model of `lookahead-lsp models list` rather than a file: a bare
+ * name, with no folder and no .gguf ending. */
+export function isModelName(value: string): boolean {
+  return value !== '' && !/[\\/]/.test(value) && !value.toLowerCase().endsWith('.gguf') && !value.startsWith('~');
+}
+
 /** modelPath and staticCachePath as the daemon gets them: `~` expanded, and a relative path
  * refused (reset to the default, with one message each). A relative path would be resolved
- * against the folder the daemon happens to run in, not one the user chose. */
+ * against the folder the daemon happens to run in, not one the user chose. A modelPath may
+ * also be a model's name. */
 export function checkPathSettings(
   s: LookaheadSettings,
   home: string,
@@ -121,8 +95,9 @@ export function checkPathSettings(
   const problems: string[] = [];
   const absolute = (key: 'modelPath' | 'staticCachePath'): string => {
     const value = expandHome(s[key], home, platform);
-    if (value === '' || pathApi(platform).isAbsolute(value)) return value;
-    problems.push(`lookahead.${key} must be an absolute path, '${s[key]}' is relative; using the default instead.`);
+    if (value === '' || pathApi(platform).isAbsolute(value) || (key === 'modelPath' && isModelName(value))) return value;
+    const allowed = key === 'modelPath' ? 'an absolute path or a name from `lookahead-lsp models list`' : 'an absolute path';
+    problems.push(`lookahead.${key} must be ${allowed}, '${s[key]}' is relative; using the default instead.`);
     return DEFAULT_SETTINGS[key];
   };
   return { settings: { ...s, modelPath: absolute('modelPath'), staticCachePath: absolute('staticCachePath') }, problems };
@@ -240,9 +215,9 @@ export function locateProgram(c: ConfiguredCommand, search: ProgramSearch): Loca
 }
 
 /** The `lookahead.*` setting a message names, as `lookahead.modelPath` or as the daemon's bare
- * camelCase key (`modelPath`), so that the message can open it; undefined when it names none. */
-export function settingNamedIn(text: string): string | undefined {
-  const keys = Object.keys(DEFAULT_SETTINGS);
+ * camelCase key (`modelPath`), so that the message can open it; undefined when it names none.
+ * keys: the declared settings (declaredSettings). */
+export function settingNamedIn(text: string, keys: readonly string[]): string | undefined {
   const prefixed = /\blookahead\.([A-Za-z]+)\b/.exec(text)?.[1];
   if (prefixed !== undefined && keys.includes(prefixed)) return `lookahead.${prefixed}`;
   // Bare names only when camelCase: `threads` or `draft` are ordinary words in a message.
@@ -279,31 +254,26 @@ export function ensureCacheFolder(dir: string): string | undefined {
 // ---------------------------------------------------------------------------------------------
 // Settings sent to the daemon
 
-/** The daemon's settings object (its camelCase keys; empty paths become null, the daemon's
- * "use the default"). Client-only settings (enable, debounceMs, serverCommand, pythonPath)
- * are left out: the daemon reports unknown keys. */
-export function toInitializationOptions(s: LookaheadSettings): Record<string, unknown> {
-  return {
-    modelPath: s.modelPath === '' ? null : s.modelPath,
-    draft: s.draft,
-    maxTokens: s.maxTokens,
-    timeBudgetMs: s.timeBudgetMs,
-    contextSize: s.contextSize,
-    prefixTokens: s.prefixTokens,
-    suffixTokens: s.suffixTokens,
-    extraContextTokens: s.extraContextTokens,
-    staticCachePath: s.staticCachePath === '' ? null : s.staticCachePath,
-    ignoreGlobs: [...s.ignoreGlobs],
-    threads: s.threads,
-    gpuLayers: s.gpuLayers,
-    maxDocumentKb: s.maxDocumentKb,
-    disabledLanguages: [...s.disabledLanguages],
-  };
+/** The daemon's settings object: every declared setting but the extension's own (CLIENT_SETTINGS),
+ * with its value as the editor has it, for the daemon validates them and names any it refuses;
+ * the paths as checkPathSettings left them, an empty one as null (the daemon's default). */
+export function daemonOptions(
+  keys: readonly string[],
+  get: (key: string) => unknown,
+  paths: Pick<LookaheadSettings, 'modelPath' | 'staticCachePath'>,
+): Record<string, unknown> {
+  const options: Record<string, unknown> = {};
+  for (const key of keys) {
+    if (CLIENT_SETTINGS.includes(key)) continue;
+    const value = key === 'modelPath' || key === 'staticCachePath' ? paths[key] || null : get(key);
+    if (value !== undefined) options[key] = value;
+  }
+  return options;
 }
 
 /** Params of workspace/didChangeConfiguration. */
-export function configurationChangeParams(s: LookaheadSettings): { settings: { lookahead: Record<string, unknown> } } {
-  return { settings: { lookahead: toInitializationOptions(s) } };
+export function configurationChangeParams(options: Record<string, unknown>): { settings: { lookahead: Record<string, unknown> } } {
+  return { settings: { lookahead: options } };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -361,36 +331,6 @@ export class RestartBackoff {
   get attempts(): number {
     return this.crashes;
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Debounce
-
-/** The part of a cancellation token the debounce needs (VS Code's CancellationToken fits). */
-export interface CancelLike {
-  readonly isCancellationRequested: boolean;
-  onCancellationRequested(listener: () => unknown): { dispose(): unknown };
-}
-
-/** Waits ms; true when the wait ran out, false as soon as the token is cancelled. */
-export function debounce(ms: number, token: CancelLike): Promise<boolean> {
-  if (token.isCancellationRequested) {
-    return Promise.resolve(false);
-  }
-  if (ms <= 0) {
-    return Promise.resolve(true);
-  }
-  return new Promise<boolean>((resolve) => {
-    const subscription = token.onCancellationRequested(() => {
-      clearTimeout(timer);
-      subscription.dispose();
-      resolve(false);
-    });
-    const timer = setTimeout(() => {
-      subscription.dispose();
-      resolve(!token.isCancellationRequested);
-    }, ms);
-  });
 }
 
 // ---------------------------------------------------------------------------------------------

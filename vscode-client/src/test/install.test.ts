@@ -22,7 +22,7 @@ import { DEFAULT_SETTINGS, LookaheadSettings, ProgramSearch, formatCommandLine }
 const posix = process.platform !== 'win32';
 
 function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
-  return { ...DEFAULT_SETTINGS, serverCommand: [], ignoreGlobs: [], disabledLanguages: [], ...overrides };
+  return { ...DEFAULT_SETTINGS, serverCommand: [], disabledLanguages: [], ...overrides };
 }
 
 /** A machine with exactly these executable files and this PATH. */

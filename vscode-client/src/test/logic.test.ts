@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import {
-  CancelLike,
+  CLIENT_SETTINGS,
   DEFAULT_SETTINGS,
   Located,
   LookaheadSettings,
@@ -14,7 +14,8 @@ import {
   checkPathSettings,
   completionsEnabled,
   configurationChangeParams,
-  debounce,
+  daemonOptions,
+  declaredSettings,
   draftShare,
   ensureCacheFolder,
   formatCommandLine,
@@ -25,28 +26,14 @@ import {
   resolveBuildCacheCommand,
   resolveServerCommand,
   settingNamedIn,
-  toInitializationOptions,
 } from '../logic';
 
-function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
-  return { ...DEFAULT_SETTINGS, serverCommand: [], ignoreGlobs: [], disabledLanguages: [], ...overrides };
-}
+const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
+/** Every setting package.json declares, as the extension reads them at activation. */
+const declared = declaredSettings(manifest.contributes.configuration.properties);
 
-/** A cancellation token the test cancels by hand. */
-function cancellable(): CancelLike & { cancel(): void } {
-  const listeners = new Set<() => unknown>();
-  const token = {
-    isCancellationRequested: false,
-    onCancellationRequested(listener: () => unknown) {
-      listeners.add(listener);
-      return { dispose: () => listeners.delete(listener) };
-    },
-    cancel() {
-      token.isCancellationRequested = true;
-      for (const l of [...listeners]) l();
-    },
-  };
-  return token;
+function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
+  return { ...DEFAULT_SETTINGS, serverCommand: [], disabledLanguages: [], ...overrides };
 }
 
 describe('server command line', () => {
@@ -79,7 +66,7 @@ describe('server command line', () => {
   it('restarts the server only when what it runs changes', () => {
     const search: ProgramSearch = { env: { PATH: '/usr/bin' }, home: '/home/u', isExecutableFile: () => true, platform: 'linux' };
     const run = (s: LookaheadSettings): Located => locateProgram(resolveServerCommand(s), search);
-    assert.equal(needsRestart(run(settings()), run(settings({ maxTokens: 10, draft: 'none' }))), false);
+    assert.equal(needsRestart(run(settings()), run(settings({ modelPath: '/m.gguf', disabledLanguages: ['markdown'] }))), false);
     assert.equal(needsRestart(run(settings()), run(settings({ pythonPath: '/usr/bin/python3' }))), true);
     const nowhere: Located = { ok: false, error: "'lookahead-lsp' was not found on PATH" };
     assert.equal(needsRestart(nowhere, run(settings())), true);
@@ -177,8 +164,15 @@ describe('path settings', () => {
     assert.equal(s.modelPath, '');
     assert.equal(s.staticCachePath, '');
     assert.equal(problems.length, 2);
-    assert.match(problems[0], /lookahead\.modelPath must be an absolute path, 'models\/evil\.gguf' is relative/);
+    assert.match(problems[0], /lookahead\.modelPath must be an absolute path or a name from .*, 'models\/evil\.gguf' is relative/);
     assert.match(problems[1], /lookahead\.staticCachePath/);
+  });
+
+  it('takes a bare modelPath as the name of a model from `lookahead-lsp models list`', () => {
+    const named = checkPathSettings(settings({ modelPath: 'qwen2.5-coder-1.5b' }), '/home/u', 'linux');
+    assert.deepEqual([named.settings.modelPath, named.problems], ['qwen2.5-coder-1.5b', []]);
+    const file = checkPathSettings(settings({ modelPath: 'model.gguf' }), '/home/u', 'linux');
+    assert.deepEqual([file.settings.modelPath, file.problems.length], ['', 1]);
   });
 
   it('keeps absolute paths and expands ~/', () => {
@@ -217,10 +211,10 @@ describe('the static cache folder', () => {
   });
 });
 
+type Property = { scope?: string; default?: unknown };
+const properties: Record<string, Property> = manifest.contributes.configuration.properties;
+
 describe('package.json', () => {
-  type Property = { scope?: string; default?: unknown };
-  const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
-  const properties: Record<string, Property> = manifest.contributes.configuration.properties;
 
   const programSettings = ['lookahead.serverCommand', 'lookahead.pythonPath', 'lookahead.installSpec'];
 
@@ -245,56 +239,50 @@ describe('package.json', () => {
     for (const key of untrusted.restrictedConfigurations) assert.ok(key in properties, key);
   });
 
-  it('declares exactly the settings the extension reads, with the same defaults', () => {
-    const declared = Object.fromEntries(Object.entries(properties).map(([k, p]) => [k.replace(/^lookahead\./, ''), p.default]));
-    assert.deepEqual(declared, { ...DEFAULT_SETTINGS });
+  it('declares the settings the extension reads with its defaults; the daemon has the others', () => {
+    const defaults = Object.fromEntries(declared.map((k) => [k, properties[`lookahead.${k}`].default]));
+    for (const [key, value] of Object.entries(DEFAULT_SETTINGS)) assert.deepEqual(defaults[key], value, key);
+    // Whatever the extension does not use itself goes to the daemon, whose schema
+    // (daemon/lookahead_lsp/settings.py) tests/test_settings.py compares with this file.
+    for (const key of ['gpuLayers', 'debounceMs', 'maxDocumentKb', 'draft', 'threads']) assert.ok(declared.includes(key), key);
   });
 });
 
 describe('settings sent to the daemon', () => {
-  it('uses the daemon keys only, with empty paths as null', () => {
-    const opts = toInitializationOptions(settings({ maxTokens: 32, draft: 'lookahead', ignoreGlobs: ['*.min.js'], threads: 4 }));
-    assert.deepEqual(Object.keys(opts).sort(), [
-      'contextSize', 'disabledLanguages', 'draft', 'extraContextTokens', 'gpuLayers', 'ignoreGlobs', 'maxDocumentKb', 'maxTokens', 'modelPath',
-      'prefixTokens', 'staticCachePath', 'suffixTokens', 'threads', 'timeBudgetMs',
-    ]);
-    assert.equal(opts.maxTokens, 32);
-    assert.equal(opts.draft, 'lookahead');
-    assert.equal(opts.modelPath, null);
-    assert.equal(opts.staticCachePath, null);
-    assert.deepEqual(opts.ignoreGlobs, ['*.min.js']);
-    assert.equal(opts.threads, 4);
-    assert.equal(opts.gpuLayers, -1); // the daemon's default: every layer on the GPU when there is one
+  const values = (raw: Record<string, unknown>) => (key: string) => (key in raw ? raw[key] : properties[`lookahead.${key}`]?.default);
+
+  it('sends every declared setting but the extension\'s own, as set', () => {
+    const opts = daemonOptions(declared, values({ maxTokens: 32, draft: 'lookahead', gpuLayers: 0, debounceMs: 120 }), settings());
+    assert.deepEqual(Object.keys(opts).sort(), declared.filter((k) => !CLIENT_SETTINGS.includes(k)).sort());
+    for (const key of CLIENT_SETTINGS) assert.ok(!(key in opts), key);
+    assert.deepEqual([opts.maxTokens, opts.draft, opts.gpuLayers, opts.debounceMs], [32, 'lookahead', 0, 120]);
+    assert.equal(opts.threads, null);
   });
 
-  it('passes maxDocumentKb as set, clamped to the range the daemon accepts', () => {
-    assert.equal(toInitializationOptions(readSettings(() => undefined)).maxDocumentKb, 1024);
-    assert.equal(toInitializationOptions(readSettings((k) => (k === 'maxDocumentKb' ? 4096 : undefined))).maxDocumentKb, 4096);
-    assert.equal(readSettings((k) => (k === 'maxDocumentKb' ? 0 : undefined)).maxDocumentKb, 1);
-    assert.equal(readSettings((k) => (k === 'maxDocumentKb' ? 10 ** 9 : undefined)).maxDocumentKb, 65536);
+  it('sends the checked paths, an empty one as null', () => {
+    const raw = values({ modelPath: '~/m.gguf', staticCachePath: 'relative.cache' });
+    const { settings: checked } = checkPathSettings(readSettings(raw), '/home/u', 'linux');
+    const opts = daemonOptions(declared, raw, checked);
+    assert.deepEqual([opts.modelPath, opts.staticCachePath], ['/home/u/m.gguf', null]);
   });
 
-  it('passes gpuLayers as set, and falls back to the default for a value the daemon refuses', () => {
-    assert.equal(toInitializationOptions(readSettings((k) => (k === 'gpuLayers' ? 0 : undefined))).gpuLayers, 0);
-    assert.equal(toInitializationOptions(readSettings((k) => (k === 'gpuLayers' ? 20 : undefined))).gpuLayers, 20);
-    assert.equal(readSettings((k) => (k === 'gpuLayers' ? 'all' : undefined)).gpuLayers, -1);
-    assert.equal(readSettings((k) => (k === 'gpuLayers' ? -7 : undefined)).gpuLayers, -1);
+  it('leaves a bad value to the daemon, which names the setting it refuses', () => {
+    // The daemon answers with one line, `lookahead.maxDocumentKb: 0 refused (...)`, and keeps
+    // its value; the extension turns the name into a button that opens the setting.
+    assert.equal(daemonOptions(declared, values({ maxDocumentKb: 0 }), settings()).maxDocumentKb, 0);
   });
 
   it('wraps a configuration change in the lookahead section', () => {
-    const params = configurationChangeParams(settings({ modelPath: '/m.gguf' }));
+    const params = configurationChangeParams(daemonOptions(declared, values({}), settings({ modelPath: '/m.gguf' })));
     assert.equal(params.settings.lookahead.modelPath, '/m.gguf');
   });
 
-  it('falls back to defaults for values of the wrong type', () => {
-    const raw: Record<string, unknown> = { draft: 'fast', maxTokens: '12', serverCommand: 'lookahead-lsp', enable: false, debounceMs: -5 };
+  it('falls back to defaults for the extension\'s own values of the wrong type', () => {
+    const raw: Record<string, unknown> = { serverCommand: 'lookahead-lsp', enable: false, disabledLanguages: 'markdown' };
     const s = readSettings((k) => raw[k]);
-    assert.equal(s.draft, 'auto');
-    assert.equal(s.maxTokens, 64);
     assert.deepEqual(s.serverCommand, []);
     assert.equal(s.enable, false);
-    assert.equal(s.debounceMs, 0);
-    assert.equal(readSettings(() => undefined).debounceMs, 75);
+    assert.deepEqual(s.disabledLanguages, []);
   });
 });
 
@@ -334,29 +322,6 @@ describe('restart back-off', () => {
     b.reset();
     b.started(0);
     assert.equal(b.crashed(1), 1000);
-  });
-});
-
-describe('debounce', () => {
-  it('resolves true after the wait', async () => {
-    const t0 = Date.now();
-    assert.equal(await debounce(30, cancellable()), true);
-    assert.ok(Date.now() - t0 >= 25);
-  });
-
-  it('resolves false as soon as the request is cancelled', async () => {
-    const token = cancellable();
-    const t0 = Date.now();
-    const waiting = debounce(5000, token);
-    setTimeout(() => token.cancel(), 10);
-    assert.equal(await waiting, false);
-    assert.ok(Date.now() - t0 < 1000);
-  });
-
-  it('does not wait for an already cancelled request', async () => {
-    const token = cancellable();
-    token.cancel();
-    assert.equal(await debounce(5000, token), false);
   });
 });
 
@@ -400,14 +365,15 @@ describe('status bar', () => {
 
 describe('settings named in messages', () => {
   it('finds the setting a daemon or extension message names, to open it', () => {
-    assert.equal(settingNamedIn('no model: set the modelPath setting (lookahead.modelPath in VS Code) to a .gguf file'), 'lookahead.modelPath');
-    assert.equal(settingNamedIn("setting 'maxTokens': 0 refused (expected an integer in [1, 1024]); keeping 64"), 'lookahead.maxTokens');
-    assert.equal(settingNamedIn("lookahead.pythonPath: '/nowhere/python' is not an executable file"), 'lookahead.pythonPath');
+    assert.equal(settingNamedIn('no model: set the modelPath setting (lookahead.modelPath in VS Code) to a .gguf file', declared), 'lookahead.modelPath');
+    assert.equal(settingNamedIn('lookahead.maxTokens: 0 refused (expected an integer in [1, 1024]); keeping 64', declared), 'lookahead.maxTokens');
+    assert.equal(settingNamedIn("lookahead.pythonPath: '/nowhere/python' is not an executable file", declared), 'lookahead.pythonPath');
   });
 
   it('names none for ordinary words or settings of other extensions', () => {
-    assert.equal(settingNamedIn('the draft used 4 threads'), undefined);
-    assert.equal(settingNamedIn('python.defaultInterpreterPath is unset'), undefined);
-    assert.equal(settingNamedIn('lookahead.nosuchSetting'), undefined);
+    assert.equal(settingNamedIn('the draft used 4 threads', declared), undefined);
+    assert.equal(settingNamedIn('python.defaultInterpreterPath is unset', declared), undefined);
+    assert.equal(settingNamedIn('lookahead.nosuchSetting', declared), undefined);
+    assert.equal(settingNamedIn('maxDocumentKb is too small', declared), 'lookahead.maxDocumentKb');
   });
 });
