@@ -1,6 +1,6 @@
-"""The Python side's file writes and reads (cache_files.atomic_writer / read_regular_file, and the
-saved workspace index that uses them) against files, links and FIFOs planted beside or at
-their paths."""
+"""The Python side's file writes and reads (cache_files.atomic_writer,
+safe_reads.read_regular_file, and the saved workspace index that uses them) against files, links
+and FIFOs planted beside or at their paths."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from lookahead_lsp import cache_files
-from lookahead_lsp.cache_files import NotRegularFileError, atomic_writer, read_regular_file
+from lookahead_lsp.cache_files import atomic_writer
+from lookahead_lsp.safe_reads import NotRegularFileError, read_regular_file
 from lookahead_lsp.workspace.store import FileRecord, load_records, save_records
 
 needs_symlinks = pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symbolic links")

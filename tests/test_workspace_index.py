@@ -19,12 +19,8 @@ from lookahead_lsp._lookup import NgramCache
 from lookahead_lsp.cache_files import default_cache_dir
 from lookahead_lsp.tokenizer import POOL_MIN_BYTES, Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace.files import OUTSIDE
-from lookahead_lsp.workspace.index import (
-    IGNORED,
-    IndexProgress,
-    IndexSettings,
-    WorkspaceIndex,
-)
+from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
+from lookahead_lsp.workspace.index_stats import IGNORED, IndexProgress
 from lookahead_lsp.workspace.store import (
     FORMAT_VERSION,
     HEADER_BYTES,
@@ -187,8 +183,6 @@ def test_new_files_follow_the_rules(root: Path, tokenizer: Tokenizer, tmp_path: 
     assert index.apply_disk_change(write(root, "out/result.py", "y = 2\n")) == "ignored"
     assert index.apply_disk_change(write(tmp_path, "outside.py", "z = 3\n")) == "ignored"
     assert index.status() == before
-    assert index.excludes(root / "node_modules/x.js") and index.excludes(tmp_path / "outside.py")
-    assert not index.excludes(root / "trace.log")  # .gitignore is consulted only when reading
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -312,7 +306,7 @@ def test_ignore_patterns(root: Path, tokenizer: Tokenizer) -> None:
     assert index.apply_disk_change(write(root, "keep.md", texts["keep.md"])) == "updated"
     assert index.open_document(root / "other.md", "x") == "ignored"
     assert index.cache == expected_cache(tokenizer, texts)
-    assert index.excludes(root / "pkg/web/x.js") and not index.excludes(root / "pkg/x.js")
+    assert index.apply_disk_change(write(root, "pkg/x.js", "let b;\n")) == "updated"
 
 
 @pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks")
@@ -578,3 +572,36 @@ def test_pool_scan_with_concurrent_updates(tmp_path: Path, tokenizer: Tokenizer)
     assert stats.files == 32
     with lock:
         assert index.cache == expected_cache(tokenizer, texts)
+
+
+def test_gitignore_files_are_parsed_once_until_edited(
+    root: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """File events are judged against the .gitignore files on their path without reading them
+    again each time; an edited .gitignore applies to the next event."""
+    from lookahead_lsp.workspace import gitignore
+
+    parsed: list[Path] = []
+    real_parse = gitignore.parse_gitignore
+
+    def counting_parse(path: Path) -> object:
+        parsed.append(path)
+        return real_parse(path)
+
+    monkeypatch.setattr(gitignore, "parse_gitignore", counting_parse)
+    write(root, "pkg/.gitignore", "*.tmp\n")
+    index = new_index(root, tokenizer)
+    index.index_folder()
+    parsed.clear()
+    for n in range(20):
+        assert index.apply_disk_change(write(root, f"pkg/new{n}.py", f"x = {n}\n")) == "updated"
+        assert index.apply_disk_change(write(root, f"pkg/new{n}.tmp", "t\n")) == "ignored"
+        assert index.apply_disk_change(write(root, f"new{n}.log", "l\n")) == "ignored"
+    # The root's and pkg's .gitignore, once each.
+    assert sorted(parsed) == [root / ".gitignore", root / "pkg/.gitignore"]
+
+    write(root, "pkg/.gitignore", "*.tmp\nlate.py\n")  # same mtime: the size and ctime tell
+    assert index.apply_disk_change(write(root, "pkg/late.py", "late = 1\n")) == "ignored"
+    write(root, ".gitignore", "")
+    assert index.apply_disk_change(write(root, "new.log", "l\n")) == "updated"
+    assert len(parsed) == 4

@@ -8,7 +8,6 @@ import hashlib
 import multiprocessing
 import os
 import signal
-import stat
 import struct
 import threading
 import time
@@ -23,6 +22,7 @@ import numpy.typing as npt
 
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.llama_log import interrupts_held_back, route_llama_log
+from lookahead_lsp.safe_reads import open_regular_file
 
 TokenArray = npt.NDArray[np.int32]
 
@@ -214,19 +214,13 @@ def _read_and_tokenize(tokenizer: Tokenizer, path: Path) -> tuple[TokenArray | N
 
 def _read_listed_file(path: Path) -> bytes | None:
     """The bytes of a file the listing accepted, or None when it is no longer a regular file
-    (swapped for a FIFO or a device since it was listed: opened without waiting, never read),
+    (swapped for a FIFO or a device since it was listed: never waited on, never read),
     vanished or unreadable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with open_regular_file(path) as (file, _):
+            return file.read()
     except OSError:
         return None
-    with open(fd, "rb", closefd=True) as file:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            return file.read()
-        except OSError:
-            return None
 
 
 # The tokenizer of a tokenize_files() worker process, loaded by the pool's initializer: a

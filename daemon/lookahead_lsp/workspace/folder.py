@@ -23,7 +23,8 @@ from typing import Protocol
 from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.tokenizer import Tokenizer
-from lookahead_lsp.workspace.index import IndexProgress, IndexSettings, IndexStatus, WorkspaceIndex
+from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
+from lookahead_lsp.workspace.index_stats import IndexProgress, IndexStatus
 from lookahead_lsp.workspace.store import store_path_for
 from lookahead_lsp.workspace.watcher import EventKind, WatcherStatus, WorkspaceWatcher
 

@@ -33,7 +33,8 @@ from typing import BinaryIO, Mapping
 import numpy as np
 import numpy.typing as npt
 
-from lookahead_lsp.cache_files import atomic_writer, default_cache_dir, read_regular_file
+from lookahead_lsp.cache_files import atomic_writer, default_cache_dir
+from lookahead_lsp.safe_reads import read_regular_file
 from lookahead_lsp.tokenizer import TokenArray
 
 MAGIC = b"LKAWSIX\n"

@@ -47,7 +47,8 @@ from watchdog.observers.api import BaseObserver
 
 from lookahead_lsp.workspace import inotify
 from lookahead_lsp.workspace.folder_watches import FolderWatches, describe
-from lookahead_lsp.workspace.index import IndexStats, Outcome, WorkspaceIndex
+from lookahead_lsp.workspace.index import WorkspaceIndex
+from lookahead_lsp.workspace.index_stats import IndexStats, Outcome
 
 # LSP's FileChangeType, by name.
 EventKind = Literal["created", "changed", "deleted"]
@@ -254,8 +255,7 @@ class WorkspaceWatcher:
         self._queue(path, "delete" if deleted else "change")
 
     def _queue(self, path: Path, action: _Action) -> None:
-        if self._index.excludes(path):
-            return
+        # Whether the path counts is decided once, when the index applies it (rules.py).
         with self._condition:
             if self._pending.get(path) != "delete":
                 self._pending[path] = action

@@ -1,0 +1,106 @@
+"""The bookkeeping of a WorkspaceIndex: each indexed file's record, the n-gram cache their tokens
+add up to, the documents open in the editor and the files a scan may still commit. Not
+thread-safe by itself: the index holds its lock around every use."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+from lookahead_lsp._lookup import NgramCache
+from lookahead_lsp.tokenizer import TokenArray
+from lookahead_lsp.workspace.index_stats import IndexStats, Outcome
+from lookahead_lsp.workspace.rules import Stamp, stamp_of, trusted_stamp
+from lookahead_lsp.workspace.store import FileRecord
+
+
+class IndexedFiles:
+    """records: each indexed file's tokens and stamps by absolute path; open: the paths whose
+    editor text is indexed instead of the disk's; claims: files whose pending result from a
+    scan's workers may still be committed (any other update of a file withdraws its claim)."""
+
+    def __init__(self, cache: NgramCache) -> None:
+        self.cache = cache
+        self.records: dict[Path, FileRecord] = {}
+        self.open: set[Path] = set()
+        self.claims: set[Path] = set()
+        self.n_tokens = 0
+        # Folders holding indexed files, with how many: a deleted folder's files are found
+        # without visiting every file on each deletion.
+        self._folders: Counter[Path] = Counter()
+
+    def put(self, key: Path, record: FileRecord) -> None:
+        """The file's n-grams are now record's (its old ones removed)."""
+        # Added before the old tokens go: if the new ones are refused, nothing has changed.
+        self.cache.add(record.tokens)
+        old = self.records.get(key)
+        if old is None:
+            self._count_folders(key, 1)
+        else:
+            self.cache.remove(old.tokens)
+            self.n_tokens -= len(old.tokens)
+        self.records[key] = record
+        self.n_tokens += len(record.tokens)
+        self.claims.discard(key)
+
+    def drop(self, key: Path) -> bool:
+        """Removes the file's n-grams; whether it was indexed."""
+        self.claims.discard(key)
+        old = self.records.pop(key, None)
+        if old is None:
+            return False
+        self.cache.remove(old.tokens)
+        self.n_tokens -= len(old.tokens)
+        self._count_folders(key, -1)
+        return True
+
+    def plan(
+        self, statuses: dict[Path, os.stat_result | None], checked_ns: int, stats: IndexStats
+    ) -> list[tuple[Path, int, Stamp | None]]:
+        """A scan's plan for the listed files (with their status, taken after checked_ns):
+        removes claimed files no longer listed; returns (path, size, trusted stamp) of those
+        to tokenize, claimed, and counts the others as unchanged."""
+        for key in [key for key in self.claims if key not in statuses]:
+            if key not in self.open and self.drop(key):
+                stats.removed += 1
+        todo = []
+        for path, status in statuses.items():
+            if path in self.open:
+                continue
+            record = self.records.get(path)
+            if record is not None and status is not None and record.stamp == stamp_of(status):
+                stats.unchanged += 1
+                continue
+            size = status.st_size if status is not None else 0
+            stamp = trusted_stamp(status, checked_ns) if status is not None else None
+            todo.append((path, size, stamp))
+            self.claims.add(path)
+        return todo
+
+    def commit_scanned(self, path: Path, tokens: TokenArray | None, stamp: Stamp | None) -> Outcome:
+        """A scan worker's result for a claimed file (None: vanished or unreadable since
+        listed); ignored when another update came first."""
+        if path not in self.claims or path in self.open:
+            return "ignored"
+        if tokens is None:
+            return "removed" if self.drop(path) else "ignored"
+        # The workers return tokens only, so the digest of what they read is unknown.
+        self.put(path, FileRecord(tokens, stamp, None))
+        return "updated"
+
+    def at_or_under(self, key: Path) -> list[Path]:
+        """key, and when it is a folder holding indexed files, those files."""
+        if key not in self._folders:
+            return [key]
+        return [key, *(path for path in self.records if path.is_relative_to(key))]
+
+    def folders_under(self, root: Path) -> set[Path]:
+        """The folders under root (itself included) that hold indexed files."""
+        return {folder for folder in self._folders if folder.is_relative_to(root)}
+
+    def _count_folders(self, key: Path, delta: int) -> None:
+        for folder in key.parents:
+            self._folders[folder] += delta
+            if self._folders[folder] <= 0:
+                del self._folders[folder]
