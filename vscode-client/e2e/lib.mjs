@@ -76,6 +76,21 @@ export function renderedGhost(page) {
   });
 }
 
+// VS Code's default word definition (wordHelper.ts), which Python's language configuration
+// keeps: a number with a decimal point, or a run of characters that are not separators.
+const DEFAULT_WORD = /(-?\d*\.\d\w*)|([^`~!@#$%^&*()\-=+[{\]}\\|;:'",.<>/?\s]+)/;
+
+/** What VS Code's Accept Next Word (editor.action.inlineSuggest.acceptNextWord) takes of the
+ * ghost text: the first word when the text starts with one, else what stands before it, but
+ * never more than the first run of whitespace and what precedes it. */
+export function nextWord(ghost) {
+  const word = ghost.match(DEFAULT_WORD);
+  let end = word === null ? ghost.length : word.index === 0 ? word[0].length : word.index;
+  const space = /\s+/.exec(ghost);
+  if (space !== null && space.index + space[0].length < end) end = space.index + space[0].length;
+  return ghost.slice(0, end);
+}
+
 export function statusBarTexts(page) {
   return page.evaluate(() => [...document.querySelectorAll('.statusbar-item')].map((e) => e.textContent.trim()));
 }
