@@ -13,6 +13,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,22 +43,68 @@ class Daemon:
     def refusals(self) -> int:
         return self.log.read_text(errors="replace").count(" refused ")
 
+    def assert_serving(self) -> None:
+        """A new client with the token gets in and is answered."""
+        sock, peer = self.client()
+        with sock:
+            peer.send(request(2, "lookahead/status"))
+            assert "index" in _status(peer, 2)
+
+
+TCP_LISTENING = r"listening on 127\.0\.0\.1:(\d+)"
+
+
+@contextmanager
+def _serving(
+    tmp_path: Path, *where: str, listening: str = "listening on"
+) -> Iterator[tuple[subprocess.Popen[bytes], Path, re.Match[str]]]:
+    """`lookahead-lsp serve` without a model, listening where `where` says, its stderr in
+    tmp_path/serve.log: the process, the log and the match of `listening` in it once it
+    listens. Stopped (SIGTERM) and waited for at the end."""
+    log = tmp_path / "serve.log"
+    with log.open("wb") as log_file, subprocess.Popen(
+        serve_command(tmp_path / "cache", *where),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=no_model_env(tmp_path),
+    ) as process:
+        try:
+            yield process, log, wait_for_line(log, listening, process)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+
+
+def _serve_refused(tmp_path: Path, *where: str) -> subprocess.CompletedProcess[str]:
+    """A `serve` expected to give up at once: its exit status and output."""
+    return subprocess.run(
+        serve_command(tmp_path / "cache", *where), capture_output=True, text=True, timeout=60, env=no_model_env(tmp_path)
+    )
+
+
+def _private_socket(tmp_path: Path) -> Path:
+    """A socket path in a folder only the user can write, as the daemon requires."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    return folder / "lookahead.sock"
+
+
+def _connect_unix(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.settimeout(30)
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Daemon]:
     token_file = tmp_path / "private" / "token"
-    log = tmp_path / "serve.log"
-    command = serve_command(tmp_path / "cache", "--tcp", "127.0.0.1:0", "--token-file", str(token_file))
-    with log.open("wb") as log_file, subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=no_model_env(tmp_path)
-    ) as process:
-        try:
-            port = int(wait_for_line(log, r"listening on 127\.0\.0\.1:(\d+)", process)[1])
-            yield Daemon(process, log, port, token_file.read_text().strip())
-            assert process.poll() is None, "the daemon ended"
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+    where = ("--tcp", "127.0.0.1:0", "--token-file", str(token_file))
+    with _serving(tmp_path, *where, listening=TCP_LISTENING) as (process, log, address):
+        yield Daemon(process, log, int(address[1]), token_file.read_text().strip())
+        assert process.poll() is None, "the daemon ended"
 
 
 def _status(peer: Peer, request_id: int) -> dict[str, object]:
@@ -71,10 +118,7 @@ def test_the_token_file_is_private_and_kept(daemon: Daemon, tmp_path: Path) -> N
     assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
     assert re.fullmatch(r"[A-Za-z0-9_-]{43}", daemon.token)
     # A second daemon with the same file uses the same token (a client's config stays right).
-    again = subprocess.run(
-        serve_command(tmp_path / "cache", "--tcp", f"127.0.0.1:{daemon.port}", "--token-file", str(token_file)),
-        capture_output=True, text=True, timeout=60, env=no_model_env(tmp_path),
-    )
+    again = _serve_refused(tmp_path, "--tcp", f"127.0.0.1:{daemon.port}", "--token-file", str(token_file))
     assert again.returncode == 2 and "cannot listen" in again.stderr  # the port is taken
     assert token_file.read_text().strip() == daemon.token
 
@@ -121,10 +165,7 @@ def test_one_client_at_a_time(daemon: Daemon) -> None:
         assert "index" in _status(peer, 7)
     assert daemon.refusals() == 1
     # The first client gone, the next one is served by the same daemon.
-    third, peer = daemon.client()
-    with third:
-        peer.send(request(8, "lookahead/status"))
-        assert "index" in _status(peer, 8)
+    daemon.assert_serving()
 
 
 def test_a_client_that_leaves_mid_request_does_not_answer_the_next(daemon: Daemon, tmp_path: Path) -> None:
@@ -160,19 +201,13 @@ def test_scans_http_and_garbage_never_end_the_daemon(daemon: Daemon) -> None:
             peer.send(probe)
             assert peer.closed_without_answer(), probe[:20]
     assert daemon.refusals() == len(probes)
-    sock, peer = daemon.client()
-    with sock:
-        peer.send(request(2, "lookahead/status"))
-        assert "index" in _status(peer, 2)
+    daemon.assert_serving()
 
 
 def test_a_silent_connection_neither_blocks_a_client_nor_stays(daemon: Daemon) -> None:
     with daemon.connect() as silent:
         # Connected, saying nothing: the editor still gets in meanwhile.
-        sock, peer = daemon.client()
-        with sock:
-            peer.send(request(2, "lookahead/status"))
-            assert "index" in _status(peer, 2)
+        daemon.assert_serving()
         started = time.monotonic()
         assert Peer.over_socket(silent).closed_without_answer(timeout=60)
         assert time.monotonic() - started < 30
@@ -188,73 +223,37 @@ def test_exit_ends_the_session_not_the_daemon(daemon: Daemon) -> None:
         assert peer.response(3)["error"]["code"] == -32600  # after shutdown
         peer.send({"jsonrpc": "2.0", "method": "exit"})
         assert peer.message() is None  # the connection closes
-    sock, peer = daemon.client()
-    with sock:
-        peer.send(request(2, "lookahead/status"))
-        assert "index" in _status(peer, 2)
+    daemon.assert_serving()
 
 
 def test_unix_socket(tmp_path: Path) -> None:
-    folder = tmp_path / "run"
-    folder.mkdir(mode=0o700)
-    path = folder / "lookahead.sock"
-    log = tmp_path / "serve.log"
-    with log.open("wb") as log_file, subprocess.Popen(
-        serve_command(tmp_path / "cache", "--socket", str(path)),
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=no_model_env(tmp_path),
-    ) as process:
-        try:
-            wait_for_line(log, "listening on", process)
-            mode = path.lstat().st_mode
-            assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
-            for _ in range(2):  # a connection that closes, then one that is served
-                with socket.socket(socket.AF_UNIX) as sock:
-                    sock.settimeout(30)
-                    sock.connect(str(path))
-                peer_sock = socket.socket(socket.AF_UNIX)
-                peer_sock.settimeout(30)
-                peer_sock.connect(str(path))
-                with peer_sock:
-                    peer = Peer.over_socket(peer_sock)
-                    peer.send(initialize(1))  # no token: the socket's mode is the guard
-                    assert "capabilities" in peer.response(1)["result"]
-                    peer.send(request(2, "lookahead/status"))
-                    assert "index" in peer.response(2)["result"]
-            # A second daemon on the same socket is refused, the first one's socket kept.
-            again = subprocess.run(
-                serve_command(tmp_path / "cache", "--socket", str(path)),
-                capture_output=True, text=True, timeout=60, env=no_model_env(tmp_path),
-            )
-            assert again.returncode == 2 and "another server is listening" in again.stderr
-            assert process.poll() is None
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+    path = _private_socket(tmp_path)
+    with _serving(tmp_path, "--socket", str(path)) as (process, _log, _listening):
+        mode = path.lstat().st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+        for _ in range(2):  # a connection that closes, then one that is served
+            _connect_unix(path).close()
+            with _connect_unix(path) as sock:
+                peer = Peer.over_socket(sock)
+                peer.send(initialize(1))  # no token: the socket's mode is the guard
+                assert "capabilities" in peer.response(1)["result"]
+                peer.send(request(2, "lookahead/status"))
+                assert "index" in _status(peer, 2)
+        # A second daemon on the same socket is refused, the first one's socket kept.
+        again = _serve_refused(tmp_path, "--socket", str(path))
+        assert again.returncode == 2 and "another server is listening" in again.stderr
+        assert process.poll() is None
     assert not path.exists()  # removed on the way out
 
 
 def test_a_socket_left_by_a_dead_daemon_is_replaced(tmp_path: Path) -> None:
-    folder = tmp_path / "run"
-    folder.mkdir(mode=0o700)
-    path = folder / "lookahead.sock"
+    path = _private_socket(tmp_path)
     with socket.socket(socket.AF_UNIX) as dead:
         dead.bind(str(path))  # closed without removing it, as a killed daemon leaves it
-    log = tmp_path / "serve.log"
-    with log.open("wb") as log_file, subprocess.Popen(
-        serve_command(tmp_path / "cache", "--socket", str(path)),
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=no_model_env(tmp_path),
-    ) as process:
-        try:
-            wait_for_line(log, "listening on", process)
-            with socket.socket(socket.AF_UNIX) as sock:
-                sock.settimeout(30)
-                sock.connect(str(path))
-                peer = Peer.over_socket(sock)
-                peer.send(initialize(1))
-                assert "capabilities" in peer.response(1)["result"]
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+    with _serving(tmp_path, "--socket", str(path)), _connect_unix(path) as sock:
+        peer = Peer.over_socket(sock)
+        peer.send(initialize(1))
+        assert "capabilities" in peer.response(1)["result"]
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770])
@@ -262,10 +261,7 @@ def test_a_socket_in_a_folder_others_can_write_is_refused(tmp_path: Path, mode: 
     folder = tmp_path / "shared"
     folder.mkdir()
     os.chmod(folder, mode)
-    done = subprocess.run(
-        serve_command(tmp_path / "cache", "--socket", str(folder / "s.sock")),
-        capture_output=True, text=True, timeout=60, env=no_model_env(tmp_path),
-    )
+    done = _serve_refused(tmp_path, "--socket", str(folder / "s.sock"))
     assert done.returncode == 2 and "can be written by other users" in done.stderr
     assert not (folder / "s.sock").exists()
 
@@ -274,10 +270,7 @@ def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("A" * 43)
     os.chmod(token_file, 0o644)
-    done = subprocess.run(
-        serve_command(tmp_path / "cache", "--tcp", "127.0.0.1:0", "--token-file", str(token_file)),
-        capture_output=True, text=True, timeout=60, env=no_model_env(tmp_path),
-    )
+    done = _serve_refused(tmp_path, "--tcp", "127.0.0.1:0", "--token-file", str(token_file))
     assert done.returncode == 2 and "can be read by others" in done.stderr
     assert token_file.read_text() == "A" * 43  # neither used nor replaced
 
@@ -325,33 +318,25 @@ def test_neovim_connects_over_a_socket(nvim: Path | None, transport: str, tmp_pa
     (project / ".git").mkdir(parents=True)
     (project / "a.py").write_text("def f():\n    return 1\n")
     (tmp_path / "init.lua").write_text(NEOVIM_INIT)
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
+    socket_path = _private_socket(tmp_path)
+    token_file = socket_path.parent / "token"
     env = {**os.environ, "LOOKAHEAD_FILE": str(project / "a.py"), "LOOKAHEAD_OUT": str(tmp_path / "out.json"),
            "XDG_STATE_HOME": str(tmp_path / "state")}
     if transport == "tcp":
-        where = ["--tcp", "127.0.0.1:0", "--token-file", str(run / "token")]
+        where = ["--tcp", "127.0.0.1:0", "--token-file", str(token_file)]
     else:
-        where = ["--socket", str(run / "lookahead.sock")]
-        env["LOOKAHEAD_SOCKET"] = str(run / "lookahead.sock")
-    log = tmp_path / "serve.log"
-    with log.open("wb") as log_file, subprocess.Popen(
-        serve_command(tmp_path / "cache", *where),
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=no_model_env(tmp_path),
-    ) as process:
-        try:
-            address = wait_for_line(log, r"listening on 127\.0\.0\.1:(\d+)|listening on /", process)
-            if transport == "tcp":
-                env |= {"LOOKAHEAD_PORT": address[1], "LOOKAHEAD_TOKEN_FILE": str(run / "token")}
-            for _ in range(2):  # the second Neovim finds the daemon its first one left
-                done = subprocess.run(
-                    [nvim, "--headless", "-n", "-i", "NONE", "--noplugin", "-u", str(tmp_path / "init.lua")],
-                    env=env, capture_output=True, text=True, timeout=120, check=False,
-                )
-                answer = json.loads((tmp_path / "out.json").read_text())
-                assert "index" in answer["status"], (answer, done.stderr)
-                (tmp_path / "out.json").unlink()
-            assert process.poll() is None and " refused " not in log.read_text()
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+        where = ["--socket", str(socket_path)]
+        env["LOOKAHEAD_SOCKET"] = str(socket_path)
+    listening = TCP_LISTENING + "|listening on /"
+    with _serving(tmp_path, *where, listening=listening) as (process, log, address):
+        if transport == "tcp":
+            env |= {"LOOKAHEAD_PORT": address[1], "LOOKAHEAD_TOKEN_FILE": str(token_file)}
+        for _ in range(2):  # the second Neovim finds the daemon its first one left
+            done = subprocess.run(
+                [nvim, "--headless", "-n", "-i", "NONE", "--noplugin", "-u", str(tmp_path / "init.lua")],
+                env=env, capture_output=True, text=True, timeout=120, check=False,
+            )
+            answer = json.loads((tmp_path / "out.json").read_text())
+            assert "index" in answer["status"], (answer, done.stderr)
+            (tmp_path / "out.json").unlink()
+        assert process.poll() is None and " refused " not in log.read_text()
