@@ -23,6 +23,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lookahead_lsp.tokenizer import Tokenizer
+from test_server import _status
 from tiny_gguf import write_tiny_gguf
 
 # A cache folder of these tests' own: the cost model of the tiny model is measured once.
@@ -64,19 +65,6 @@ async def _start(client: LanguageClient, root: Path, settings: dict[str, Any]) -
         assert time.monotonic() < deadline, "the daemon did not get ready in time"
         await asyncio.sleep(0.05)
     assert status["model_state"] == "ready", status["model_error"]
-
-
-async def _status(client: LanguageClient) -> dict[str, Any]:
-    result = await client.protocol.send_request_async("lookahead/status", None)
-    return _plain(result)
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 async def _completions(client: LanguageClient, root: Path) -> list[dict[str, Any]]:
