@@ -9,10 +9,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lookahead_lsp._lookup import StaticCache
 from lookahead_lsp.engine import CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.models import resolve_model_path
+from lookahead_lsp.repository_cache import open_repository_cache
 from lookahead_lsp.workspace.index import WorkspaceIndex
 
 _POSITION = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<col>\d+)$")
@@ -103,20 +103,19 @@ def _summary(stats: dict[str, object], stop_reason: str) -> str:
 
 
 def _caches(engine: Engine, args: argparse.Namespace) -> DraftCaches:
-    dynamic = None
+    tokenizer = engine.tokenizer
+    workspace = None
     if args.workspace:
         root = Path(args.workspace)
         if not root.is_dir():
             raise UserError(f"workspace is not a folder: {root}")
-        index = WorkspaceIndex(engine.tokenizer.n_vocab)
-        index.add_folder(root, engine.tokenizer)
-        dynamic = index.cache
-    static = None
+        index = WorkspaceIndex(tokenizer.n_vocab)
+        index.add_folder(root, tokenizer)
+        workspace = index.cache
+    repository = None
     if args.static_cache:
-        tokenizer = engine.tokenizer
-        static = StaticCache.open(args.static_cache, tokenizer.n_vocab, tokenizer.fingerprint)
-        static.verify()
-    return DraftCaches(dynamic, static)
+        repository = open_repository_cache(Path(args.static_cache), tokenizer.n_vocab, tokenizer.fingerprint).cache
+    return DraftCaches(workspace, repository)
 
 
 def _relative_name(path: Path, workspace: str | None) -> str:

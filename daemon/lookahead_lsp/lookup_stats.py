@@ -7,14 +7,13 @@ import argparse
 import json
 import resource
 import sys
-import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from lookahead_lsp._lookup import STATIC_MAGIC, NgramCache, StaticCache, StaticCacheBuilder, replay
+from lookahead_lsp._lookup import NgramCache, replay
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.models import resolve_model_path
+from lookahead_lsp.repository_cache import open_repository_cache
 from lookahead_lsp.tokenizer import Tokenizer, tokenize_file_text
 
 @dataclass
@@ -42,13 +41,17 @@ def lookup_stats(args: argparse.Namespace) -> int:
         # As upstream tokenizes its prompt (BOS, special texts parsed), but in ~16 KB pieces:
         # one call on a large file is super-linearly slow; tokens differ only at the cuts.
         tokens = tokenize_file_text(tokenizer, text, add_special=True, parse_special=True)
-        static, load_ms, verify_ms = (
-            open_static(Path(args.static_cache), tokenizer) if args.static_cache else (None, 0.0, 0.0)
-        )
-        dynamic = NgramCache(tokenizer.n_vocab)
+        repository = None
+        if args.static_cache:
+            # The fingerprint is computed once per tokenizer, outside the timed opening.
+            fingerprint = tokenizer.fingerprint
+            repository = open_repository_cache(Path(args.static_cache), tokenizer.n_vocab, fingerprint, True)
+        # Upstream's "dynamic" cache: the workspace source, grown by the replay as upstream does.
+        workspace = NgramCache(tokenizer.n_vocab)
         if args.dynamic_cache and Path(args.dynamic_cache).exists():
-            dynamic = NgramCache.load_upstream(args.dynamic_cache, tokenizer.n_vocab)
-    counts = replay(tokens, args.ctx_size, args.n_draft, dynamic, static, max_branches=args.branches)
+            workspace = NgramCache.load_upstream(args.dynamic_cache, tokenizer.n_vocab)
+    static = repository.cache if repository is not None else None
+    counts = replay(tokens, args.ctx_size, args.n_draft, workspace, static, max_branches=args.branches)
     stats = LookupStats(
         n_draft=args.n_draft,
         n_predict=counts["n_predict"],
@@ -56,8 +59,8 @@ def lookup_stats(args: argparse.Namespace) -> int:
         n_accept=counts["n_accept"],
         accept_pct=100.0 * counts["n_accept"] / max(counts["n_drafted"], 1),
         us_per_drafted_token=counts["draft_ns"] / 1000.0 / max(counts["n_drafted"], 1),
-        static_load_ms=load_ms,
-        static_verify_ms=verify_ms,
+        static_load_ms=repository.open_ms if repository is not None else 0.0,
+        static_verify_ms=repository.verify_ms if repository is not None else 0.0,
         # ru_maxrss is in kilobytes on Linux.
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
     )
@@ -68,29 +71,6 @@ def lookup_stats(args: argparse.Namespace) -> int:
         )
     print(json.dumps(asdict(stats)) if args.json else format_stats(stats, counts["draft_ns"]))
     return 0
-
-
-def open_static(path: Path, tokenizer: Tokenizer) -> tuple[StaticCache, float, float]:
-    """Opens (and times) a static cache: ours, or a llama.cpp lookup cache, which is converted to
-    ours in a temporary file first (that conversion counts as loading)."""
-    fingerprint = tokenizer.fingerprint  # computed once per tokenizer, not part of opening
-    started = time.perf_counter()
-    with path.open("rb") as f:
-        is_ours = f.read(len(STATIC_MAGIC)) == STATIC_MAGIC
-    if is_ours:
-        cache = StaticCache.open(str(path), tokenizer.n_vocab, fingerprint)
-    else:
-        upstream = NgramCache.load_upstream(str(path), tokenizer.n_vocab)
-        builder = StaticCacheBuilder(tokenizer.n_vocab)
-        builder.add_cache(upstream)
-        with tempfile.TemporaryDirectory() as tmp:
-            converted = str(Path(tmp) / "static.cache")
-            builder.write(converted, fingerprint)
-            cache = StaticCache.open(converted, tokenizer.n_vocab, fingerprint)
-    load_ms = (time.perf_counter() - started) * 1000.0
-    started = time.perf_counter()
-    cache.verify()
-    return cache, load_ms, (time.perf_counter() - started) * 1000.0
 
 
 def format_stats(s: LookupStats, draft_ns: int) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterator
 
 from lookahead_lsp.safe_reads import FileTooLargeError, NotRegularFileError, open_regular_file, read_capped
-from lookahead_lsp.workspace.gitignore import IgnoreRules, spec_reader
+from lookahead_lsp.workspace.gitignore import IgnoreRules, SpecOf, spec_reader
 
 DEFAULT_MAX_BYTES = 1 << 20
 
@@ -284,14 +284,18 @@ def is_skipped_folder_name(name: str) -> bool:
 
 
 def walk_unignored(
-    root: Path, under: PurePosixPath = PurePosixPath(), with_files: bool = True
+    root: Path,
+    under: PurePosixPath = PurePosixPath(),
+    with_files: bool = True,
+    spec_of: SpecOf | None = None,
 ) -> Iterator[tuple[PurePosixPath, bool]]:
     """The folders (and with_files, the files) below root/under that the .gitignore files do
     not exclude, relative to root, each with whether it is a folder; a folder comes before
     what it holds. Version control and generated folders and those a rule excludes are not
     entered (as in git, a negation cannot re-include a file inside them), nor are folder
-    symlinks. `under` itself is taken as given: the caller decides whether it counts."""
-    spec_of = spec_reader(root)
+    symlinks. `under` itself is taken as given: the caller decides whether it counts.
+    spec_of: where the .gitignore files' patterns come from (default: read from disk)."""
+    spec_of = spec_of or spec_reader(root)
     pending = [(root / under, under, IgnoreRules.above(spec_of, under))]
     while pending:
         folder, relative, rules = pending.pop()

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache
 from lookahead_lsp.errors import UserError
+from lookahead_lsp.repository_cache import open_repository_cache
 from lookahead_lsp.tokenizer import Tokenizer
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.index_stats import IndexProgress, IndexStatus
@@ -267,8 +268,7 @@ class WorkspaceFolder:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} is not a regular file")
             return
         try:
-            cache = StaticCache.open(str(path), self.tokenizer.n_vocab, self._fingerprint)
-            cache.verify()
+            cache = open_repository_cache(path, self.tokenizer.n_vocab, self._fingerprint).cache
         except CacheError as error:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {error}")
             return

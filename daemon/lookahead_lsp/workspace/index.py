@@ -201,7 +201,8 @@ class WorkspaceIndex:
         root = rules.root
         if under is not None and self.excludes_folder(under):
             return set()
-        folders = rules.source_folders(PurePosixPath() if under is None else _relative(root, _absolute(under)))
+        start = PurePosixPath() if under is None else _relative(root, _absolute(under))
+        folders = rules.source_folders(start)
         if under is None:
             with self._lock:
                 folders.update(self._files.folders_under(root))

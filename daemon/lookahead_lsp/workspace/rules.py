@@ -81,7 +81,7 @@ class FolderRules:
         enters and the user's ignore patterns leave."""
         folders = {self.root / start}
         left_out: set[PurePosixPath] = set()
-        for relative, _ in walk_unignored(self.root, start, with_files=False):
+        for relative, _ in walk_unignored(self.root, start, with_files=False, spec_of=self._gitignores.spec):
             if relative.parent in left_out or self.user_ignores_folder(relative):
                 left_out.add(relative)
             else:

@@ -1,0 +1,58 @@
+"""The repository draft source: a static cache file (built by build-cache) opened for drafting.
+The daemon's folders, `complete` and `lookup-stats` all open theirs here, so each is checked the
+same way: against the model's tokenizer, then whole (drafting refuses an unverified cache)."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lookahead_lsp._lookup import STATIC_MAGIC, CacheError, NgramCache, StaticCache, StaticCacheBuilder
+from lookahead_lsp.safe_reads import open_regular_file
+
+
+@dataclass(frozen=True)
+class RepositoryCache:
+    """An opened, verified cache and how long opening (converting included) and verifying
+    took."""
+
+    cache: StaticCache
+    open_ms: float
+    verify_ms: float
+
+
+def open_repository_cache(
+    path: Path, n_vocab: int, fingerprint: int, accept_upstream: bool = False
+) -> RepositoryCache:
+    """Opens the static cache at path for a tokenizer (its vocabulary size and fingerprint) and
+    verifies it. accept_upstream: a llama.cpp lookup cache is taken too, converted to ours in a
+    temporary file first. CacheError, one line naming the file, when it cannot be used: missing,
+    not a regular file (never waited on), damaged, or built for another tokenizer."""
+    started = time.perf_counter()
+    if accept_upstream and not _is_ours(path):
+        cache = _converted(path, n_vocab, fingerprint)
+    else:
+        cache = StaticCache.open(str(path), n_vocab, fingerprint)
+    opened = time.perf_counter()
+    cache.verify()
+    return RepositoryCache(cache, (opened - started) * 1000.0, (time.perf_counter() - opened) * 1000.0)
+
+
+def _is_ours(path: Path) -> bool:
+    try:
+        with open_regular_file(path) as (file, _):
+            return file.read(len(STATIC_MAGIC)) == STATIC_MAGIC
+    except OSError as error:
+        raise CacheError(f"{path}: {error.strerror or error}") from None
+
+
+def _converted(path: Path, n_vocab: int, fingerprint: int) -> StaticCache:
+    """A llama.cpp lookup cache as ours; the temporary file goes once it is read into memory."""
+    builder = StaticCacheBuilder(n_vocab)
+    builder.add_cache(NgramCache.load_upstream(str(path), n_vocab))
+    with tempfile.TemporaryDirectory() as folder:
+        converted = str(Path(folder) / "static.cache")
+        builder.write(converted, fingerprint)
+        return StaticCache.open(converted, n_vocab, fingerprint)
