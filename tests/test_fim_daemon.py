@@ -95,7 +95,7 @@ async def _completions(client: LanguageClient, root: Path) -> list[dict[str, Any
                 context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
             )
         )
-        assert result is not None and len(result.items) == 1
+        assert isinstance(result, types.InlineCompletionList) and len(result.items) == 1
         last = (await _status(client))["last"]
         # What the editor shows is what the model computed: its line, completed.
         assert result.items[0].insert_text == lines[-1] + last["text"]
