@@ -2,6 +2,7 @@
 growing size, through the command line as a user runs it.
 
     .venv/bin/python bench/cluster_build_bench.py [--corpus DIR] [--sizes-mb 8,24] [--workers 2]
+        [--variants 'one machine,dask']
 
 The corpus is a folder of source (default: the Python standard library, .py files only; for a
 large one, the C of linux-source). Each slice is the first files of the folder, in path order,
@@ -180,12 +181,18 @@ def main() -> int:
     parser.add_argument("--suffixes", default=".py", help="comma-separated file suffixes (e.g. .c,.h)")
     parser.add_argument("--sizes-mb", default="8,24", help="slice sizes, comma-separated")
     parser.add_argument("--workers", default="2", help="worker counts to compare, comma-separated")
+    parser.add_argument(
+        "--variants", default="one machine,dask", help="what to compare with --jobs 1: 'one machine' (--jobs N), 'dask'"
+    )
     parser.add_argument("--work", type=Path, help="keep slices and caches here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="cluster-build-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     suffixes = set(args.suffixes.split(","))
+    unknown = set(args.variants.split(",")) - {"one machine", "dask"}
+    if unknown:
+        raise SystemExit(f"unknown --variants {', '.join(sorted(unknown))} (known: 'one machine', 'dask')")
     runs: list[Run] = []
     for size in (float(s) for s in args.sizes_mb.split(",")):
         folder = make_slice(args.corpus, suffixes, size, work)
@@ -193,7 +200,7 @@ def main() -> int:
         runs.append(reference)
         _print(reference)
         for workers in (int(n) for n in args.workers.split(",")):
-            for variant in ("one machine", "dask"):
+            for variant in args.variants.split(","):
                 if variant == "one machine" and workers == 1:
                     continue
                 run = build(folder, work / "variant.lacache", variant, workers, size)
