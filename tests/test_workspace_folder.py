@@ -27,6 +27,7 @@ class Recorder:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self._lock = threading.Lock()
+        self.status_changes = 0
 
     def log(self, level: int, message: str) -> None:
         with self._lock:
@@ -37,6 +38,10 @@ class Recorder:
 
     def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None:
         pass
+
+    def status_changed(self) -> None:
+        with self._lock:
+            self.status_changes += 1
 
     def matching(self, text: str) -> list[str]:
         with self._lock:
@@ -118,7 +123,7 @@ def test_the_saved_copy_is_used_by_the_next_start(tokenizer: Tokenizer, root: Pa
         second.stop(save=False)
 
 
-def test_the_folders_static_cache_is_opened_and_verified(tokenizer: Tokenizer, root: Path, tmp_path: Path) -> None:
+def test_the_folders_repository_cache_is_opened_and_verified(tokenizer: Tokenizer, root: Path, tmp_path: Path) -> None:
     cache_file = root / STATIC_CACHE_NAME
     cache_file.parent.mkdir()
     builder = StaticCacheBuilder(tokenizer.n_vocab)
@@ -126,10 +131,11 @@ def test_the_folders_static_cache_is_opened_and_verified(tokenizer: Tokenizer, r
     builder.write(str(cache_file), tokenizer.fingerprint)
     folder, _ = _start(tokenizer, root, tmp_path / "cache")
     try:
-        dynamic, static = folder.caches()
-        assert static is not None and folder.status().static_cache == cache_file
-        assert dynamic is folder.index.cache
+        workspace, repository = folder.caches()
+        assert repository is not None and folder.status().repository_cache == cache_file
+        assert workspace is folder.index.cache
+        assert folder.caches()[1] is repository
         cache_file.write_bytes(b"not a cache")  # damaged on disk: refused before the next use
-        assert folder.caches()[1] is None and folder.status().static_cache is None
+        assert folder.caches()[1] is None and folder.status().repository_cache is None
     finally:
         folder.stop(save=False)

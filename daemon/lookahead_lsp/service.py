@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +15,11 @@ from typing import Any, Protocol
 
 from lookahead_lsp import __version__
 from lookahead_lsp.completions import CompletionWorker, SuggestionCache
+from lookahead_lsp.documents import Document, OpenDocuments, recent_chunks
 from lookahead_lsp.engine import (
     CancelToken,
     Completion,
     CompletionRequest,
-    ContextChunk,
     DecodeOptions,
     DraftCaches,
     Engine,
@@ -29,17 +28,14 @@ from lookahead_lsp.engine import (
 )
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.models import resolve_model_path
+from lookahead_lsp.service_status import workspace_status
 from lookahead_lsp.settings import Settings, apply_update
 from lookahead_lsp.tokenizer import Tokenizer
 from lookahead_lsp.unopened import read_unopened
-from lookahead_lsp.workspace.folder import FolderSettings, FolderStatus, WorkspaceFolder
+from lookahead_lsp.workspace.folder import FolderSettings, WorkspaceFolder
 from lookahead_lsp.workspace.store import store_path_for
 
 _LOG = logging.getLogger(__name__)
-# Extra context for the prompt: this many recently edited other documents, this many lines
-# around their last edit.
-_RECENT_DOCUMENTS = 3
-_CONTEXT_LINES = 12
 # A request waits this long for a model still loading before it answers nothing.
 _MODEL_WAIT_S = 30.0
 
@@ -76,17 +72,6 @@ class _IndexTokenizer:
     fingerprint: int
 
 
-@dataclass(frozen=True)
-class _Document:
-    """An open document's editor text; replaced, never changed, so a completion on the worker
-    may read one it was handed while the editor goes on."""
-
-    path: Path | None
-    text: str  # empty for a document above the size cap
-    edited_line: int = 0
-    oversized: bool = False
-
-
 class LookaheadService:
     def __init__(self, client: Client, cache_dir: Path | None = None) -> None:
         self.client = client
@@ -96,9 +81,8 @@ class LookaheadService:
         self.last: dict[str, Any] | None = None
         self.roots: list[Path] = []  # the workspace folders, indexed or not yet
         self.folders: dict[Path, WorkspaceFolder] = {}  # those indexed with the model's tokenizer
-        self.documents: OrderedDict[str, _Document] = OrderedDict()  # most recently edited last
+        self.documents = OpenDocuments(client)
         self.suggestions = SuggestionCache()
-        self._oversized_reported: set[str] = set()  # URIs whose size was reported, until closed
         self.worker: CompletionWorker[Answer] = CompletionWorker(self.settings.debounce_ms / 1000)
         self._lock = threading.RLock()
         self._engine: Engine | None = None
@@ -127,7 +111,7 @@ class LookaheadService:
         if "static_cache_path" in update.changed:
             configured = self.settings.static_cache_path
             for folder in list(self.folders.values()):
-                folder.set_static_cache(Path(configured).expanduser() if configured else None)
+                folder.set_repository_cache(Path(configured).expanduser() if configured else None)
         if "ignore_globs" in update.changed:
             self._reopen_folders(save=True)
 
@@ -262,14 +246,14 @@ class LookaheadService:
         s = self.settings
         settings = FolderSettings(
             ignore=s.ignore_globs,
-            static_cache=Path(s.static_cache_path).expanduser() if s.static_cache_path else None,
+            repository_cache=Path(s.static_cache_path).expanduser() if s.static_cache_path else None,
             cache_dir=self.cache_dir,
         )
         folder = WorkspaceFolder(
             root, self._tokenizer.tokenizer, self._tokenizer_lock, self._tokenizer.fingerprint, self.client, settings
         )
         self.folders[root] = folder
-        for doc in self.documents.values():
+        for doc in self.documents.all():
             if doc.path is not None and not doc.oversized and self.folder_of(doc.path) is folder:
                 folder.editor_text(doc.path, doc.text)
         folder.start()
@@ -289,38 +273,22 @@ class LookaheadService:
     def change_document(self, uri: str, path: Path | None, text: str, edited_line: int) -> None:
         """Records the editor's text; its folder indexes it later, off the event loop."""
         with self._lock:
-            before = self.documents.pop(uri, None)
-            if self._too_large(uri, text):
-                self.documents[uri] = _Document(path, "", edited_line, oversized=True)
+            if self.documents.too_large(uri, text, self.settings.max_document_kb):
+                before = self.documents.record(uri, Document(path, "", edited_line, oversized=True))
                 if before is not None and not before.oversized:
                     # Its editor text grew past the cap: the index goes back to the file on
                     # disk, whose own size rule applies.
                     self._editor_text(path, None)
                 return
-            self.documents[uri] = _Document(path, text, edited_line)
+            self.documents.record(uri, Document(path, text, edited_line))
             self._editor_text(path, text)
 
     def close_document(self, uri: str, path: Path | None) -> None:
         with self._lock:
-            self.documents.pop(uri, None)
-            self._oversized_reported.discard(uri)
+            self.documents.close(uri)
             self._editor_text(path, None)
         self.worker.cancel(uri)
         self.suggestions.drop(uri)
-
-    def _too_large(self, uri: str, text: str) -> bool:
-        """Whether the text is above maxDocumentKb; said once per document in the log."""
-        limit = self.settings.max_document_kb
-        if len(text) <= limit * 1024:
-            self._oversized_reported.discard(uri)
-            return False
-        if uri not in self._oversized_reported:
-            self._oversized_reported.add(uri)
-            self.client.log(
-                logging.INFO,
-                f"not completed nor indexed from the editor: {uri} ({len(text) // 1024} KiB, maxDocumentKb {limit})",
-            )
-        return True
 
     def read_unopened(self, path: Path | None) -> str | None:
         """A file the editor did not open, if it is one the daemon may read (see unopened.py).
@@ -352,7 +320,8 @@ class LookaheadService:
         the model on its worker (superseding this document's earlier request). invoked: the
         user asked explicitly (no debounce)."""
         done: Future[Answer | None] = Future()
-        if language in self.settings.disabled_languages or self._too_large(uri, text):
+        too_large = self.documents.too_large(uri, text, self.settings.max_document_kb)
+        if language in self.settings.disabled_languages or too_large:
             done.set_result(None)
             return done
         prefix, suffix = text[:offset], text[offset:]
@@ -363,9 +332,10 @@ class LookaheadService:
             return done
         settings = self.settings
         # The other documents as they are now; their lines are cut out on the worker.
-        recent = [(other, doc) for other, doc in reversed(self.documents.items()) if other != uri and not doc.oversized]
+        recent = self.documents.others(uri)
         options = DecodeOptions(
             draft=settings.draft,
+            multiline=settings.multiline,
             max_tokens=settings.max_tokens,
             time_budget_ms=settings.time_budget_ms,
             windows=PromptWindows(settings.prefix_tokens, settings.suffix_tokens, settings.extra_context_tokens),
@@ -373,7 +343,7 @@ class LookaheadService:
 
         def run(cancel: CancelToken) -> Answer:
             request = CompletionRequest(
-                prefix, suffix, self._relative(path, uri), self._recent_chunks(recent), self._repository(path)
+                prefix, suffix, self._relative(path, uri), recent_chunks(recent, self._relative), self._repository(path)
             )
             return self._run(uri, path, request, options, cancel)
 
@@ -406,8 +376,8 @@ class LookaheadService:
         folder = self.folder_of(path)
         if folder is None:
             return DraftCaches()
-        dynamic, static = folder.caches()
-        return DraftCaches(dynamic, static)
+        workspace, repository = folder.caches()
+        return DraftCaches(workspace, repository)
 
     def cancel(self, future: Future[Answer | None]) -> None:
         """The editor cancelled the request `complete` returned `future` for: its model work
@@ -425,20 +395,6 @@ class LookaheadService:
         folder = self.folder_of(path)
         return folder.root.name if folder is not None else ""
 
-    def _recent_chunks(self, recent: list[tuple[str, _Document]]) -> tuple[ContextChunk, ...]:
-        """Lines around the last edit of the most recently edited other documents (`recent`,
-        latest first). Splits whole documents: on the worker, not the event loop."""
-        chunks: list[ContextChunk] = []
-        for other, doc in recent:
-            if len(chunks) >= _RECENT_DOCUMENTS:
-                break
-            lines = doc.text.splitlines(keepends=True)
-            start = max(0, doc.edited_line - _CONTEXT_LINES)
-            text = "".join(lines[start : doc.edited_line + _CONTEXT_LINES])
-            if text.strip():
-                chunks.append(ContextChunk(self._relative(doc.path, other), text))
-        return tuple(chunks)
-
     # -- status --------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
@@ -448,29 +404,15 @@ class LookaheadService:
             model = str(self._model_path) if self._model_path else None
             error = self._engine_error
             loading = not self._engine_ready.is_set()
-        statuses = [f.status() for f in folders if f is not None]
-        totals = {"files": 0, "tokens": 0, "ngrams": 0}
-        indexing = False
-        for status in statuses:
-            totals["files"] += status.index.files
-            totals["tokens"] += status.index.tokens
-            totals["ngrams"] += status.index.ngrams
-            indexing = indexing or status.index.state == "indexing" or not status.indexed
-        # Until its first indexing ends a folder counts as indexing, also while it waits for
-        # the model; only a model that failed to load leaves it unindexed for good. Later
-        # rescans show in the index's own state.
-        if len(statuses) < len(roots) and error is None:
-            indexing = True
-        by_root = {status.root: status for status in statuses}
-        statics = [str(status.static_cache) for status in statuses if status.static_cache is not None]
+        workspace = workspace_status(roots, [f.status() for f in folders if f is not None], error is not None)
+        if loading:
+            workspace["index"]["state"] = "indexing"
         return {
             "version": __version__,
             "model": model,
             "model_state": "loading" if loading else ("error" if error else "ready"),
             "model_error": error,
-            "index": {**totals, "state": "indexing" if indexing or loading else "ready"},
-            "folders": [_folder_status(root, by_root.get(root)) for root in roots],
-            "static_cache": statics[0] if statics else None,
+            **workspace,
             "completions": {
                 "served": self.counters.served,
                 "from_cache": self.counters.from_cache,
@@ -480,18 +422,6 @@ class LookaheadService:
             "last": self.last,
             "draft": self.settings.draft,
         }
-
-
-def _folder_status(root: Path, status: FolderStatus | None) -> dict[str, Any]:
-    """A folder's root, static cache in use, and how its watcher learns of changes (watching
-    events, or polling and why; stopped until it is indexed)."""
-    if status is None:
-        return {"root": str(root), "static_cache": None, "watcher": {"mode": "stopped", "reason": ""}}
-    return {
-        "root": str(root),
-        "static_cache": str(status.static_cache) if status.static_cache is not None else None,
-        "watcher": {"mode": status.watcher.mode, "reason": status.watcher.reason},
-    }
 
 
 def _close(engine: Engine) -> Answer:

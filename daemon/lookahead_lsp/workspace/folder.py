@@ -1,6 +1,7 @@
-"""One workspace folder, kept current: its index (loaded from the saved copy, then brought in
-line with the files), the watcher that follows the disk, the static cache drafting reads, and
-the folder's own thread.
+"""One workspace folder, kept current: its index (the workspace draft source, loaded from the
+saved copy, then brought in line with the files), the watcher that follows the disk, its
+repository cache (a static cache file, the repository draft source), and the folder's own
+thread.
 
 The thread indexes the folder once, starts the watcher, then applies the editor's text. The
 editor's text enters through a queue that keeps the latest text per path (None: the document
@@ -42,24 +43,24 @@ class FolderClient(Protocol):
 
 @dataclass(frozen=True)
 class FolderSettings:
-    """ignore: the user's ignore patterns; static_cache: the configured static cache (None:
-    .lookahead/static.cache in the folder); cache_dir: where the saved index goes (None: the
+    """ignore: the user's ignore patterns; repository_cache: the configured static cache file
+    (None: .lookahead/static.cache in the folder); cache_dir: where the saved index goes (None: the
     default); debounce_s: how long the editor's changes collect before they are indexed."""
 
     ignore: tuple[str, ...] = ()
-    static_cache: Path | None = None
+    repository_cache: Path | None = None
     cache_dir: Path | None = None
     debounce_s: float = 0.15
 
 
 @dataclass(frozen=True)
 class FolderStatus:
-    """indexed: the first indexing has ended (or failed); static_cache: the one in use."""
+    """indexed: the first indexing has ended (or failed); repository_cache: the file in use."""
 
     root: Path
     index: IndexStatus
     indexed: bool
-    static_cache: Path | None
+    repository_cache: Path | None
     watcher: WatcherStatus
 
 
@@ -95,14 +96,14 @@ class WorkspaceFolder:
         self._edits: dict[Path, str | None] = {}
         self._batch_started: float | None = None
         self._stopping = False
-        # The static cache is (re)opened off the event loop (verify reads it all) before
+        # The repository cache is (re)opened off the event loop (verify reads it all) before
         # indexing or the next completion needs it: at first, after a settings change, when
         # its file changed on disk.
-        self._static_lock = threading.Lock()
-        self._static: StaticCache | None = None
-        self._static_path: Path | None = None
-        self._static_stale = True
-        self._static_stamp: tuple[int, int, int, int] | None = None
+        self._repository_lock = threading.Lock()
+        self._repository: StaticCache | None = None
+        self._repository_path: Path | None = None
+        self._repository_stale = True
+        self._repository_stamp: tuple[int, int, int, int] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ class WorkspaceFolder:
             except OSError as error:
                 self._client.log(logging.WARNING, f"cannot save the index of {self.root}: {error}")
         # Not closed: a completion may still draft with it; the last reference frees it.
-        self._static = None
+        self._repository = None
 
     # -- events --------------------------------------------------------------------------------
 
@@ -145,25 +146,26 @@ class WorkspaceFolder:
         if self._watcher is not None:
             self._watcher.notify(path, kind)
 
-    def set_static_cache(self, configured: Path | None) -> None:
-        """The static cache setting changed: reopened before its next use."""
-        with self._static_lock:
+    def set_repository_cache(self, configured: Path | None) -> None:
+        """The static cache setting changed: the repository cache is reopened before its next
+        use."""
+        with self._repository_lock:
             self._settings = FolderSettings(
                 self._settings.ignore, configured, self._settings.cache_dir, self._settings.debounce_s
             )
-            self._static_stale = True
+            self._repository_stale = True
 
     # -- readers -------------------------------------------------------------------------------
 
     def caches(self) -> tuple[NgramCache, StaticCache | None]:
-        """The folder's index and static cache for drafting. It may open the static cache
-        again (reading it all): call it off the event loop."""
-        self._refresh_static()
-        return self.index.cache, self._static
+        """The folder's workspace and repository caches for drafting. It may open the
+        repository cache again (reading it all): call it off the event loop."""
+        self._refresh_repository()
+        return self.index.cache, self._repository
 
     def status(self) -> FolderStatus:
         watcher = self._watcher.status if self._watcher is not None else WatcherStatus("stopped")
-        static = self._static_path if self._static is not None else None
+        static = self._repository_path if self._repository is not None else None
         return FolderStatus(self.root, self.index.status(), self._indexed.is_set(), static, watcher)
 
     # -- the folder's thread -------------------------------------------------------------------
@@ -180,7 +182,7 @@ class WorkspaceFolder:
 
     def _index_once(self) -> None:
         token = f"lookahead-index-{id(self)}"
-        self._refresh_static()
+        self._refresh_repository()
         self.index.load(store_path_for(self.root, self._settings.cache_dir), self._fingerprint)
         title = f"Indexing {self.root.name}"
         self._client.progress(token, title, "listing files", 0, False)
@@ -235,35 +237,36 @@ class WorkspaceFolder:
     def _is_stopping(self) -> bool:
         return self._stopping
 
-    # -- the static cache ----------------------------------------------------------------------
+    # -- the repository cache ----------------------------------------------------------------------
 
-    def _refresh_static(self) -> None:
+    def _refresh_repository(self) -> None:
         """(Re)opens the static cache when it is stale or its file changed on disk (one that
         was missing or refused included)."""
-        with self._static_lock:
-            path = self._settings.static_cache or self.root / STATIC_CACHE_NAME
-            if self._static is not None:
-                changed = self._static.changed_on_disk()
+        with self._repository_lock:
+            path = self._settings.repository_cache or self.root / STATIC_CACHE_NAME
+            if self._repository is not None:
+                changed = self._repository.changed_on_disk()
             else:
-                changed = _file_stamp(path) != self._static_stamp
-            if self._static_stale or changed:
-                self._static_stale = False
-                self._open_static(path)
+                changed = _file_stamp(path) != self._repository_stamp
+            reopen = self._repository_stale or changed
+            if reopen:
+                self._repository_stale = False
+                self._open_repository(path)
 
-    def _open_static(self, path: Path) -> None:
+    def _open_repository(self, path: Path) -> None:
         """Opens and verifies the static cache before drafting uses it. The one it replaces is
         not closed: a completion may still hold it."""
-        self._static, self._static_path, self._static_stamp = None, None, None
+        self._repository, self._repository_path, self._repository_stamp = None, None, None
         try:
             info = path.stat()
         except FileNotFoundError:
-            if self._settings.static_cache is not None:
+            if self._settings.repository_cache is not None:
                 self._client.show(logging.WARNING, f"lookahead-lsp: static cache not found: {path}")
             return
         except OSError as error:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path}: {error.strerror}")
             return
-        self._static_stamp = _stamp(info)
+        self._repository_stamp = _stamp(info)
         if not stat.S_ISREG(info.st_mode):  # a FIFO would block the open, a device never end
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} is not a regular file")
             return
@@ -272,7 +275,7 @@ class WorkspaceFolder:
         except CacheError as error:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {error}")
             return
-        self._static, self._static_path = cache, path
+        self._repository, self._repository_path = cache, path
 
 
 def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:

@@ -1,0 +1,91 @@
+"""The documents open in the editor, as the service keeps them: each one's latest text (a frozen
+snapshot, so that a completion on the model's worker reads the one it was handed while the
+editor goes on), the size cap, and the lines of recently edited ones that join a prompt."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+from lookahead_lsp.engine import ContextChunk
+
+# Extra context for the prompt: this many recently edited other documents, this many lines
+# around their last edit.
+_RECENT_DOCUMENTS = 3
+_CONTEXT_LINES = 12
+
+
+class Log(Protocol):
+    def log(self, level: int, message: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Document:
+    """An open document's editor text; replaced, never changed."""
+
+    path: Path | None
+    text: str  # empty for a document above the size cap
+    edited_line: int = 0
+    oversized: bool = False
+
+
+class OpenDocuments:
+    """The open documents by URI, most recently edited last. Not locked: the caller's lock
+    guards it."""
+
+    def __init__(self, client: Log) -> None:
+        self._client = client
+        self._documents: OrderedDict[str, Document] = OrderedDict()
+        self._oversized_reported: set[str] = set()  # URIs whose size was reported, until closed
+
+    def all(self) -> list[Document]:
+        return list(self._documents.values())
+
+    def record(self, uri: str, document: Document) -> Document | None:
+        """The document's new text, now the most recently edited; returns the one before."""
+        before = self._documents.pop(uri, None)
+        self._documents[uri] = document
+        return before
+
+    def close(self, uri: str) -> None:
+        self._documents.pop(uri, None)
+        self._oversized_reported.discard(uri)
+
+    def others(self, uri: str) -> list[tuple[str, Document]]:
+        """The documents other than uri that are not above the size cap, latest edit first."""
+        return [(other, doc) for other, doc in reversed(self._documents.items()) if other != uri and not doc.oversized]
+
+    def too_large(self, uri: str, text: str, limit_kb: int) -> bool:
+        """Whether the text is above limit_kb (maxDocumentKb); said once per document in the
+        log."""
+        if len(text) <= limit_kb * 1024:
+            self._oversized_reported.discard(uri)
+            return False
+        if uri not in self._oversized_reported:
+            self._oversized_reported.add(uri)
+            self._client.log(
+                logging.INFO,
+                f"not completed nor indexed from the editor: {uri} ({len(text) // 1024} KiB, maxDocumentKb {limit_kb})",
+            )
+        return True
+
+
+def recent_chunks(
+    recent: list[tuple[str, Document]], relative: Callable[[Path | None, str], str]
+) -> tuple[ContextChunk, ...]:
+    """Lines around the last edit of the most recently edited documents (`recent`, latest
+    first, as OpenDocuments.others), each named by relative(path, uri). Splits whole
+    documents: call it on the worker, not the event loop."""
+    chunks: list[ContextChunk] = []
+    for uri, doc in recent:
+        if len(chunks) >= _RECENT_DOCUMENTS:
+            break
+        lines = doc.text.splitlines(keepends=True)
+        start = max(0, doc.edited_line - _CONTEXT_LINES)
+        text = "".join(lines[start : doc.edited_line + _CONTEXT_LINES])
+        if text.strip():
+            chunks.append(ContextChunk(relative(doc.path, uri), text))
+    return tuple(chunks)
