@@ -375,3 +375,63 @@ async def test_cancel_request_stops_the_model(client: LanguageClient, workspace:
     await _until(lambda: _has(lambda: _status(client), lambda s: s["completions"]["cancelled"] >= 1))
     after = await _inline(client, other_uri, 20, 8)
     assert after is not None
+
+
+async def _status_notifications(client: LanguageClient) -> list[tuple[float, dict[str, Any]]]:
+    """The lookahead/statusChanged notifications the server sends from now on, with the time
+    each arrived."""
+    received: list[tuple[float, dict[str, Any]]] = []
+
+    @client.feature("lookahead/statusChanged")
+    def on_status(params: Any) -> None:
+        received.append((time.monotonic(), _plain(params)))
+
+    return received
+
+
+@pytest.mark.asyncio
+async def test_status_is_pushed_when_it_changes(client: LanguageClient, workspace: Path) -> None:
+    received = await _status_notifications(client)
+    await _start(client, workspace)
+    # Right after initialize: the folder is known, the model not loaded yet.
+    await _until(lambda: _async(bool(received)))
+    first = received[0][1]
+    assert first["folders"][0]["root"] == str(workspace.resolve()) and first["index"]["state"] == "indexing"
+    # Once the folder is indexed (after the model, whose tokenizer it needs), without asking.
+    await _until(lambda: _async(received[-1][1]["index"] == {**received[-1][1]["index"], "state": "ready", "files": 2}))
+    assert received[-1][1]["model_state"] == "ready"
+    assert received[-1][1] == await _status(client)
+    # A completion changes the figures: pushed too.
+    uri = _open(client, workspace / ORDERS)
+    count = len(received)
+    await _inline(client, uri, 17, 8)
+    await _until(lambda: _async(len(received) > count and received[-1][1]["last"] is not None))
+    # A burst of changes goes out as at most one notification per 250 ms.
+    await asyncio.sleep(0.5)
+    count = len(received)
+    for tokens in range(10):
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"maxTokens": 16 + tokens}))
+    await asyncio.sleep(1.0)
+    burst = received[count:]
+    assert 1 <= len(burst) <= 3
+    assert all(later - earlier > 0.15 for (earlier, _), (later, _) in zip(burst, burst[1:]))
+
+
+@pytest.mark.asyncio
+async def test_debounce_ms_is_the_daemons_wait(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace, {"debounceMs": 1500})
+    await _ready(client)
+    uri = _open(client, workspace / ORDERS)
+    # An automatic request (a keystroke) waits debounceMs before the model starts on it...
+    started = time.monotonic()
+    typed = await _inline(client, uri, 17, 8)
+    assert typed is not None and len(typed.items) == 1
+    assert time.monotonic() - started >= 1.5
+    # ...and one superseded within that wait never reaches the model.
+    served = (await _status(client))["completions"]["served"]
+    older = asyncio.ensure_future(_inline(client, uri, 19, 8))
+    await asyncio.sleep(0.2)
+    newer = await _inline(client, uri, 14, 8)
+    superseded = await older
+    assert superseded is not None and not superseded.items and newer is not None
+    assert (await _status(client))["completions"]["served"] == served + 1

@@ -3,13 +3,15 @@ service holds the model, the workspace indexes and the completion worker.
 
 Features: textDocument/inlineCompletion (LSP 3.18), textDocument/completion (one item, for
 editors without inline completion), incremental document sync, workspace folders,
-didChangeConfiguration, didChangeWatchedFiles, and the requests lookahead/status and
-lookahead/rebuildIndex."""
+didChangeConfiguration, didChangeWatchedFiles, the requests lookahead/status and
+lookahead/rebuildIndex, and the notification lookahead/statusChanged (the status, sent when it
+changes). The items themselves are built in lsp_items.py."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import signal
 import sys
@@ -23,12 +25,17 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from lookahead_lsp import __version__
+from lookahead_lsp.lsp_items import completion_list, cursor_offset, inline_cursor, inline_list
 from lookahead_lsp.rpc import LookaheadProtocol
 from lookahead_lsp.service import Answer, LookaheadService
 from lookahead_lsp.transport import Listener, serve_socket, serve_stdio
 
 STATUS_REQUEST = "lookahead/status"
+STATUS_CHANGED_NOTIFICATION = "lookahead/statusChanged"
 REBUILD_INDEX_REQUEST = "lookahead/rebuildIndex"
+# At most one lookahead/statusChanged per this many seconds: a burst of changes (keystrokes'
+# completions, a folder's progress) goes out as one, with the status as it is when sent.
+STATUS_INTERVAL_S = 0.25
 _LOG = logging.getLogger(__name__)
 _LEVELS = (
     (logging.ERROR, types.MessageType.Error),
@@ -46,6 +53,28 @@ def uri_to_path(uri: str) -> Path | None:
     if parsed.scheme != "file":
         return None
     return Path(unquote(parsed.path))
+
+
+class _StatusNotifier:
+    """Tells the editor the status changed: lookahead/statusChanged with the lookahead/status
+    answer, at most one per STATUS_INTERVAL_S, so that it need not poll. On the event loop."""
+
+    def __init__(self, server: LookaheadServer) -> None:
+        self.server = server
+        self._scheduled = False
+        self._last_sent = -math.inf
+
+    def changed(self) -> None:
+        loop = self.server.event_loop
+        if loop is None or self._scheduled:  # before initialize, or one is on its way
+            return
+        self._scheduled = True
+        loop.call_at(max(loop.time(), self._last_sent + STATUS_INTERVAL_S), self._send, loop)
+
+    def _send(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._scheduled = False
+        self._last_sent = loop.time()
+        self.server.protocol.notify(STATUS_CHANGED_NOTIFICATION, self.server.service.status())
 
 
 class _EditorChannel:
@@ -78,7 +107,13 @@ class _EditorChannel:
     def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None:
         self._call(lambda: self._progress(token, title, message, percent, done))
 
+    def status_changed(self) -> None:
+        self._call(self.server.status_notifier.changed)
+
     def _progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None:
+        if done or token not in self._progress_started:
+            # A folder's indexing began or ended: its status with it.
+            self.server.status_notifier.changed()
         if not self.server.supports_progress:
             return  # the client did not declare window.workDoneProgress
         progress = self.server.work_done_progress
@@ -106,6 +141,7 @@ class LookaheadServer(LanguageServer):
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
             protocol_cls=LookaheadProtocol,
         )
+        self.status_notifier = _StatusNotifier(self)
         self.service = LookaheadService(_EditorChannel(self), cache_dir)
         self.supports_progress = False
         # The loop the server runs on, known from the first message: other threads hand their
@@ -123,169 +159,127 @@ class LookaheadServer(LanguageServer):
             pass
 
 
-def cursor_offset(document: TextDocument, position: types.Position) -> int:
-    """The character offset of an LSP position, clamped into the document: a line past the end
-    means the end, a character past its line's end (or inside a UTF-16 surrogate pair) the
-    nearest valid place."""
-    lines = document.lines
-    if position.line >= len(lines):
-        return len(document.source)
-    line = lines[position.line]
-    body = len(line.rstrip("\r\n"))
-    try:
-        server = document.position_codec.position_from_client_units(lines, position)
-        column = min(server.character, body)
-    except (ValueError, IndexError):
-        column = body
-    return sum(len(x) for x in lines[: position.line]) + column
+def initialize(ls: LookaheadServer, params: types.InitializeParams) -> None:
+    ls.event_loop = asyncio.get_running_loop()
+    window = params.capabilities.window
+    ls.supports_progress = bool(window and window.work_done_progress)
+    ls.service.configure(params.initialization_options)
+    folders = params.workspace_folders or []
+    roots = [uri_to_path(f.uri) for f in folders]
+    if not folders and params.root_uri:
+        roots = [uri_to_path(params.root_uri)]
+    for root in roots:
+        if root is not None and root.is_dir():
+            ls.service.add_folder(root)
+    ls.status_notifier.changed()
 
 
-def _line_start(text: str, offset: int) -> int:
-    return text.rfind("\n", 0, offset) + 1
+def initialized(ls: LookaheadServer, params: types.InitializedParams) -> None:
+    ls.service.start_model()
 
 
-def _word_start(text: str, offset: int) -> int:
-    start = offset
-    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
-        start -= 1
-    return start
+def shutdown(ls: LookaheadServer, params: None) -> None:
+    ls.service.shutdown()
+
+
+def did_change_configuration(ls: LookaheadServer, params: types.DidChangeConfigurationParams) -> None:
+    ls.service.configure(params.settings)
+    ls.status_notifier.changed()
+
+
+def did_change_folders(ls: LookaheadServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+    for folder in params.event.removed:
+        if (path := uri_to_path(folder.uri)) is not None:
+            ls.service.remove_folder(path)
+    for folder in params.event.added:
+        if (path := uri_to_path(folder.uri)) is not None and path.is_dir():
+            ls.service.add_folder(path)
+    ls.status_notifier.changed()
+
+
+_FILE_CHANGES = {
+    types.FileChangeType.Created: "created",
+    types.FileChangeType.Changed: "changed",
+    types.FileChangeType.Deleted: "deleted",
+}
+
+
+def did_change_watched_files(ls: LookaheadServer, params: types.DidChangeWatchedFilesParams) -> None:
+    for change in params.changes:
+        if (path := uri_to_path(change.uri)) is not None:
+            ls.service.disk_event(path, _FILE_CHANGES.get(change.type, "changed"))
+
+
+def did_open(ls: LookaheadServer, params: types.DidOpenTextDocumentParams) -> None:
+    doc = params.text_document
+    ls.service.open_document(doc.uri, uri_to_path(doc.uri), doc.text)
+
+
+def did_change(ls: LookaheadServer, params: types.DidChangeTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    line = 0
+    for change in params.content_changes:
+        if isinstance(change, types.TextDocumentContentChangePartial):
+            line = change.range.end.line
+    ls.service.change_document(uri, uri_to_path(uri), ls.workspace.get_text_document(uri).source, line)
+
+
+def did_close(ls: LookaheadServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    ls.service.close_document(uri, uri_to_path(uri))
+
+
+async def inline_completion(ls: LookaheadServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+    uri = params.text_document.uri
+    document = await _document(ls, uri)
+    if document is None:
+        return types.InlineCompletionList(items=[])
+    at = inline_cursor(document, params.position, params.context.selected_completion_info)
+    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+    answer = await _answer(ls, uri, document, at.text, at.offset, invoked)
+    return inline_list(document, params.position, at, answer.text if answer is not None else "")
+
+
+async def completion(ls: LookaheadServer, params: types.CompletionParams) -> types.CompletionList:
+    uri = params.text_document.uri
+    document = await _document(ls, uri)
+    if document is None:
+        return types.CompletionList(is_incomplete=False, items=[])
+    offset = cursor_offset(document, params.position)
+    answer = await _answer(ls, uri, document, document.source, offset, invoked=True)
+    return completion_list(document, params.position, offset, answer.text if answer is not None else "")
+
+
+def status(ls: LookaheadServer, params: Any) -> dict[str, Any]:
+    return ls.service.status()
+
+
+def rebuild_index(ls: LookaheadServer, params: Any) -> None:
+    # The answer comes once the old indexes are dropped; indexing goes on in the background
+    # and reports $/progress like the first time.
+    ls.service.rebuild_indexes()
+    ls.status_notifier.changed()
 
 
 def build_server(cache_dir: Path | None = None) -> LookaheadServer:
     server = LookaheadServer(cache_dir)
-
-    @server.feature(types.INITIALIZE)
-    def initialize(ls: LookaheadServer, params: types.InitializeParams) -> None:
-        ls.event_loop = asyncio.get_running_loop()
-        window = params.capabilities.window
-        ls.supports_progress = bool(window and window.work_done_progress)
-        ls.service.configure(params.initialization_options)
-        folders = params.workspace_folders or []
-        roots = [uri_to_path(f.uri) for f in folders]
-        if not folders and params.root_uri:
-            roots = [uri_to_path(params.root_uri)]
-        for root in roots:
-            if root is not None and root.is_dir():
-                ls.service.add_folder(root)
-
-    @server.feature(types.INITIALIZED)
-    def initialized(ls: LookaheadServer, params: types.InitializedParams) -> None:
-        ls.service.start_model()
-
-    @server.feature(types.SHUTDOWN)
-    def shutdown(ls: LookaheadServer, params: None) -> None:
-        ls.service.shutdown()
-
-    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def did_change_configuration(ls: LookaheadServer, params: types.DidChangeConfigurationParams) -> None:
-        ls.service.configure(params.settings)
-
-    @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
-    def did_change_folders(ls: LookaheadServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
-        for folder in params.event.removed:
-            if (path := uri_to_path(folder.uri)) is not None:
-                ls.service.remove_folder(path)
-        for folder in params.event.added:
-            if (path := uri_to_path(folder.uri)) is not None and path.is_dir():
-                ls.service.add_folder(path)
-
-    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
-    def did_change_watched_files(ls: LookaheadServer, params: types.DidChangeWatchedFilesParams) -> None:
-        kinds = {types.FileChangeType.Created: "created", types.FileChangeType.Changed: "changed",
-                 types.FileChangeType.Deleted: "deleted"}
-        for change in params.changes:
-            if (path := uri_to_path(change.uri)) is not None:
-                ls.service.disk_event(path, kinds.get(change.type, "changed"))
-
-    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: LookaheadServer, params: types.DidOpenTextDocumentParams) -> None:
-        doc = params.text_document
-        ls.service.open_document(doc.uri, uri_to_path(doc.uri), doc.text)
-
-    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: LookaheadServer, params: types.DidChangeTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        document = ls.workspace.get_text_document(uri)
-        line = 0
-        for change in params.content_changes:
-            if isinstance(change, types.TextDocumentContentChangePartial):
-                line = change.range.end.line
-        ls.service.change_document(uri, uri_to_path(uri), document.source, line)
-
-    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: LookaheadServer, params: types.DidCloseTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        ls.service.close_document(uri, uri_to_path(uri))
-
-    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def inline_completion(
-        ls: LookaheadServer, params: types.InlineCompletionParams
-    ) -> types.InlineCompletionList:
-        document = await _document(ls, params.text_document.uri)
-        if document is None:
-            return types.InlineCompletionList(items=[])
-        text = document.source
-        offset = cursor_offset(document, params.position)
-        selected = params.context.selected_completion_info
-        replace_start = offset
-        if selected is not None:
-            # Complete as if the item selected in the editor's completion list were accepted,
-            # and offer its text followed by ours.
-            start = cursor_offset(document, selected.range.start)
-            end = max(start, cursor_offset(document, selected.range.end))
-            text = text[:start] + selected.text + text[end:]
-            offset, replace_start = start + len(selected.text), start
-        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-        answer = await _answer(ls, params.text_document.uri, document, text, offset, invoked)
-        if answer is None or not answer.text:
-            return types.InlineCompletionList(items=[])
-        # The item replaces the line up to the cursor, so the editor keeps showing it while the
-        # user types the beginning of it.
-        line_start = _line_start(text, replace_start)
-        typed = text[line_start:offset]
-        start_position = document.client_position_at_offset(line_start) if line_start <= len(document.source) else params.position
-        item = types.InlineCompletionItem(
-            insert_text=typed + answer.text,
-            filter_text=typed,
-            range=types.Range(start=start_position, end=params.position),
-        )
-        return types.InlineCompletionList(items=[item])
-
-    @server.feature(types.TEXT_DOCUMENT_COMPLETION)
-    async def completion(ls: LookaheadServer, params: types.CompletionParams) -> types.CompletionList:
-        document = await _document(ls, params.text_document.uri)
-        if document is None:
-            return types.CompletionList(is_incomplete=False, items=[])
-        text = document.source
-        offset = cursor_offset(document, params.position)
-        answer = await _answer(ls, params.text_document.uri, document, text, offset, invoked=True)
-        if answer is None or not answer.text:
-            return types.CompletionList(is_incomplete=True, items=[])
-        word_start = _word_start(text, offset)
-        new_text = text[word_start:offset] + answer.text
-        label = new_text.splitlines()[0] if new_text.strip() else new_text
-        item = types.CompletionItem(
-            label=label[:80] or new_text[:80],
-            kind=types.CompletionItemKind.Text,
-            detail="lookahead-lsp",
-            filter_text=new_text,
-            text_edit=types.TextEdit(
-                range=types.Range(start=document.client_position_at_offset(word_start), end=params.position),
-                new_text=new_text,
-            ),
-        )
-        return types.CompletionList(is_incomplete=True, items=[item])
-
-    @server.feature(STATUS_REQUEST)
-    def status(ls: LookaheadServer, params: Any) -> dict[str, Any]:
-        return ls.service.status()
-
-    @server.feature(REBUILD_INDEX_REQUEST)
-    def rebuild_index(ls: LookaheadServer, params: Any) -> None:
-        # The answer comes once the old indexes are dropped; indexing goes on in the background
-        # and reports $/progress like the first time.
-        ls.service.rebuild_indexes()
-
+    handlers: list[tuple[str, Callable[..., Any], Any]] = [
+        (types.INITIALIZE, initialize, None),
+        (types.INITIALIZED, initialized, None),
+        (types.SHUTDOWN, shutdown, None),
+        (types.WORKSPACE_DID_CHANGE_CONFIGURATION, did_change_configuration, None),
+        (types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS, did_change_folders, None),
+        (types.WORKSPACE_DID_CHANGE_WATCHED_FILES, did_change_watched_files, None),
+        (types.TEXT_DOCUMENT_DID_OPEN, did_open, None),
+        (types.TEXT_DOCUMENT_DID_CHANGE, did_change, None),
+        (types.TEXT_DOCUMENT_DID_CLOSE, did_close, None),
+        (types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_completion, types.InlineCompletionOptions()),
+        (types.TEXT_DOCUMENT_COMPLETION, completion, None),
+        (STATUS_REQUEST, status, None),
+        (REBUILD_INDEX_REQUEST, rebuild_index, None),
+    ]
+    for method, handler, options in handlers:
+        server.feature(method, options)(handler)
     return server
 
 
@@ -305,14 +299,17 @@ async def _answer(
 ) -> Answer | None:
     future = ls.service.complete(uri, uri_to_path(uri), text, offset, document.language_id or "", invoked)
     try:
-        return await asyncio.wrap_future(future)
+        answer = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         # $/cancelRequest, or the client went away: stop the model's work for it too.
         ls.service.cancel(future)
         raise
     except Exception as error:  # a failed completion answers nothing; the daemon goes on
         _LOG.error("completion failed: %s", error)
-        return None
+        answer = None
+    # The counters changed, and the status's last completion when the model answered.
+    ls.status_notifier.changed()
+    return answer
 
 
 def serve(listener: Listener | None, cache_dir: Path | None = None) -> int:

@@ -39,6 +39,7 @@ import {
   formatStatusBar,
   locateProgram,
   needsRestart,
+  parseDaemonStatus,
   readSettings,
   resolveBuildCacheCommand,
   settingNamedIn,
@@ -46,8 +47,8 @@ import {
 import { DaemonChoice, MIN_PYTHON, VERIFY_DAEMON_ARGS, checkInstallSpec, chooseDaemon, privateVenvFolder } from './install';
 import { findPython, installDaemon } from './installer';
 
-const POLL_MS = 2000;
 const STATUS_REQUEST = 'lookahead/status';
+const STATUS_CHANGED_NOTIFICATION = 'lookahead/statusChanged';
 const REBUILD_INDEX_REQUEST = 'lookahead/rebuildIndex';
 
 /** The settings, the daemon's share of them, and what is wrong with them. In an untrusted
@@ -104,7 +105,6 @@ class LookaheadExtension implements vscode.Disposable {
   private readonly out = vscode.window.createOutputChannel('Lookahead', { log: true });
   private readonly statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
   private readonly backoff = new RestartBackoff(5, 1000);
-  private readonly poll = setInterval(() => void this.pollStatus(), POLL_MS);
   private settings: LookaheadSettings;
   /** The daemon's settings, as initializationOptions and didChangeConfiguration send them. */
   private daemonOptions: Record<string, unknown> = {};
@@ -157,7 +157,6 @@ class LookaheadExtension implements vscode.Disposable {
   }
 
   dispose(): void {
-    clearInterval(this.poll);
     this.statusItem.dispose();
     this.out.dispose();
   }
@@ -230,6 +229,12 @@ class LookaheadExtension implements vscode.Disposable {
     const c = new LanguageClient('lookahead', 'Lookahead', serverOptions, clientOptions);
     // Replaces the client's own handler (registered before start, it is installed after it).
     c.onNotification(ShowMessageNotification.type, ({ type, message }) => this.showDaemonMessage(type, message));
+    // The daemon says when its status changes (at most a few times a second): no polling.
+    c.onNotification(STATUS_CHANGED_NOTIFICATION, (params: unknown) => {
+      if (gen !== this.generation) return;
+      this.lastStatus = parseDaemonStatus(params) ?? this.lastStatus;
+      this.updateStatusBar();
+    });
     this.client = c;
     this.backoff.started(Date.now());
     try {
@@ -249,7 +254,7 @@ class LookaheadExtension implements vscode.Disposable {
     this.log(`server running: ${shown}`);
     this.watchIndexingProgress(c, gen);
     this.updateStatusBar();
-    void this.pollStatus();
+    void this.requestStatus(); // in case the first notification came before the client was running
   }
 
   /** No request at all while completions are off. Requests go out at once: the daemon waits
@@ -270,7 +275,6 @@ class LookaheadExtension implements vscode.Disposable {
         } finally {
           this.inFlight -= 1;
           this.updateStatusBar();
-          if (!token.isCancellationRequested) void this.pollStatus(); // the new completion's figures
         }
       },
     };
@@ -356,7 +360,6 @@ class LookaheadExtension implements vscode.Disposable {
         if (value.kind === 'end') {
           this.indexingPercent = undefined;
           sub.dispose();
-          void this.pollStatus();
         } else if (typeof value.percentage === 'number') {
           this.indexingPercent = value.percentage;
         } else if (value.kind === 'begin') {
@@ -417,14 +420,15 @@ class LookaheadExtension implements vscode.Disposable {
     this.statusItem.command = this.serverState === 'missing' && !this.installing ? 'lookahead.installDaemon' : 'lookahead.showStatus';
   }
 
-  private async pollStatus(): Promise<DaemonStatus | undefined> {
+  /** The daemon's status now (the status bar otherwise follows its notifications). */
+  private async requestStatus(): Promise<DaemonStatus | undefined> {
     const c = this.client;
     if (!c || c.state !== State.Running) return undefined;
     try {
       // The daemon wants params present: an empty object rather than none.
-      this.lastStatus = await c.sendRequest<DaemonStatus>(STATUS_REQUEST, {});
+      this.lastStatus = parseDaemonStatus(await c.sendRequest<unknown>(STATUS_REQUEST, {}));
     } catch {
-      // Not worth a notification: the next poll asks again.
+      // Not worth a message: the next notification brings the status.
       this.lastStatus = undefined;
     }
     this.updateStatusBar();
@@ -434,7 +438,7 @@ class LookaheadExtension implements vscode.Disposable {
   // -- commands ----------------------------------------------------------------------------------
 
   private async showStatus(): Promise<void> {
-    const status = await this.pollStatus();
+    const status = await this.requestStatus();
     const body =
       status === undefined
         ? `(no answer: the server is ${this.serverState}; command: ${formatCommandLine(this.daemon().configured)})`
@@ -463,7 +467,6 @@ class LookaheadExtension implements vscode.Disposable {
       this.log(`rebuilding the index failed: ${message(e)}`);
       void vscode.window.showErrorMessage(`Lookahead: rebuilding the index failed (${message(e)}).`);
     }
-    void this.pollStatus();
   }
 
   private runLogged(line: CommandLine, token: vscode.CancellationToken): Promise<number> {

@@ -356,6 +356,20 @@ export interface DaemonStatus {
   last?: LastCompletion | null;
 }
 
+const MODEL_STATES: readonly unknown[] = ['loading', 'ready', 'error'];
+
+/** The status in a `lookahead/status` answer or a `lookahead/statusChanged` notification (the
+ * same object); undefined for anything else a peer might send, which leaves the status bar as
+ * it was. */
+export function parseDaemonStatus(value: unknown): DaemonStatus | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const status = value as Record<string, unknown>;
+  if (!MODEL_STATES.includes(status.model_state)) return undefined;
+  const index = status.index;
+  if (index !== undefined && (typeof index !== 'object' || index === null || Array.isArray(index))) return undefined;
+  return status as DaemonStatus;
+}
+
 /** `missing`: no daemon configured, installed or on PATH; `installing`: the extension installs one. */
 export type ServerState = 'starting' | 'running' | 'stopped' | 'failed' | 'missing' | 'installing';
 

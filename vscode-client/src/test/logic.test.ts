@@ -22,6 +22,7 @@ import {
   formatStatusBar,
   locateProgram,
   needsRestart,
+  parseDaemonStatus,
   readSettings,
   resolveBuildCacheCommand,
   resolveServerCommand,
@@ -360,6 +361,31 @@ describe('status bar', () => {
     assert.equal(formatStatusBar({ ...running, server: 'missing' }).text, '$(cloud-download) Lookahead');
     assert.match(formatStatusBar({ ...running, server: 'missing' }).tooltip, /Install or Update Daemon/);
     assert.equal(formatStatusBar({ ...running, server: 'installing' }).text, '$(sync~spin) installing daemon');
+  });
+});
+
+describe('status notifications', () => {
+  // What the daemon sends as lookahead/statusChanged (and answers to lookahead/status), in the
+  // order a start goes through, as the status bar shows each.
+  const pushed = [
+    { version: '0.1.0', model: null, model_state: 'loading', model_error: null, index: { files: 0, tokens: 0, ngrams: 0, state: 'indexing' }, folders: [], last: null, draft: 'auto' },
+    { version: '0.1.0', model: '/m.gguf', model_state: 'ready', model_error: null, index: { files: 2, tokens: 496, ngrams: 945, state: 'indexing' }, last: null, draft: 'auto' },
+    { version: '0.1.0', model: '/m.gguf', model_state: 'ready', model_error: null, index: { files: 2, tokens: 496, ngrams: 945, state: 'ready' }, last: null, draft: 'auto' },
+    {
+      version: '0.1.0', model: '/m.gguf', model_state: 'ready', model_error: null, index: { files: 2, tokens: 496, ngrams: 945, state: 'ready' },
+      last: { tokens: 12, tokens_per_s: 40, accepted_by_source: { context: 6 }, stop_reason: 'stop-rule' }, draft: 'auto',
+    },
+  ];
+  const shown = (params: unknown) => formatStatusBar({ server: 'running', enabled: true, completing: false, status: parseDaemonStatus(params) }).text;
+
+  it('updates the status bar from each notification', () => {
+    assert.deepEqual(pushed.map(shown), ['$(sync~spin) loading model', '$(sync~spin) indexing', '$(check) Lookahead', '$(zap) 12 tok · 40 tok/s · 50% drafted']);
+  });
+
+  it('ignores a payload that is no status', () => {
+    for (const bad of [null, [], 'ready', { model_state: 'sleeping' }, { model_state: 'ready', index: 3 }]) {
+      assert.equal(parseDaemonStatus(bad), undefined, JSON.stringify(bad));
+    }
   });
 });
 
