@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_lsp.engine import DRAFT_MODES
+from lookahead_lsp.engine.stopping import MULTILINE_MODES
 from lookahead_lsp.settings import SCHEMA, Settings, apply_update, package_properties, update_package_json
 
 PACKAGE_JSON = Path(__file__).parent.parent / "vscode-client" / "package.json"
@@ -51,6 +52,7 @@ def test_schema_defaults_and_choices_match_the_daemon() -> None:
     for setting in SCHEMA:
         assert setting.parse(setting.default) == getattr(defaults, setting.name), setting.key
     assert set(by_key["draft"].spec.choices or {}) == set(DRAFT_MODES)
+    assert tuple(by_key["multiline"].spec.choices or {}) == MULTILINE_MODES
 
 
 def test_a_bad_value_is_refused_in_one_line_and_the_rest_applied() -> None:

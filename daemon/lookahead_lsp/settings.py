@@ -26,12 +26,17 @@ SECTION = "lookahead"
 WINDOW = "window"
 MACHINE_OVERRIDABLE = "machine-overridable"
 
-# The values of `draft`, with what each means.
+# The values of `draft` and `multiline`, with what each means.
 DRAFT_MODE_DESCRIPTIONS: dict[str, str] = {
     "auto": "Draft from n-gram lookup with a length chosen by the cost model (default).",
     "none": "No drafting: one token per model pass.",
     "lookup": "Token trees from the document, workspace and static caches.",
     "lookahead": "Lookup plus a Jacobi lookahead window.",
+}
+MULTILINE_DESCRIPTIONS: dict[str, str] = {
+    "auto": "Several lines from a blank line, or when the model breaks the line after code (as after `def f():`); one line inside code.",
+    "always": "Several lines anywhere: a completion goes on at the indentation of the cursor's line until a blank line or a line indented less.",
+    "never": "One line: a completion ends at the end of the cursor's line.",
 }
 
 
@@ -58,6 +63,7 @@ class Settings:
         scope=MACHINE_OVERRIDABLE,
     )
     draft: str = _setting("auto", "Speculative drafting mode.", choices=DRAFT_MODE_DESCRIPTIONS)
+    multiline: str = _setting("auto", "When a completion may span several lines.", choices=MULTILINE_DESCRIPTIONS)
     max_tokens: int = _setting(64, "Most tokens in one completion.", minimum=1, maximum=1024)
     time_budget_ms: float | None = _setting(
         2000.0,

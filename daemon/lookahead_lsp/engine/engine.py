@@ -32,7 +32,7 @@ from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
 from lookahead_lsp.engine.policy import AUTO_MAX_DRAFT, AutoPolicy
 from lookahead_lsp.engine.prompt import CompletionRequest, FimTokens, Prompt, PromptBuilder, PromptWindows
 from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, ModelRuntime, RuntimeSettings
-from lookahead_lsp.engine.stopping import Stopper
+from lookahead_lsp.engine.stopping import MULTILINE_MODES, Stopper
 from lookahead_lsp.engine.tree import PREVIOUS, SOURCES, WINDOW, DraftTree
 from lookahead_lsp.engine.window import LookaheadShape, LookaheadWindow
 
@@ -64,6 +64,7 @@ class DecodeOptions:
     max_tokens: int = 64
     time_budget_ms: float | None = None
     stop_rules: bool = True
+    multiline: str = "auto"  # when a completion may span several lines (stopping.MULTILINE_MODES)
     windows: PromptWindows = PromptWindows()
     lookup_draft: int = 8  # lookup / lookahead: tokens per drafted branch
     lookup_branches: int = 3  # lookup / lookahead: branches of the token tree
@@ -78,6 +79,8 @@ class DecodeOptions:
             raise ValueError(f"draft must be one of {', '.join(DRAFT_MODES)}, not {self.draft!r}")
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
+        if self.multiline not in MULTILINE_MODES:
+            raise ValueError(f"multiline must be one of {', '.join(MULTILINE_MODES)}, not {self.multiline!r}")
         if not 0 <= self.lookup_branches <= 16 or self.lookup_draft < 0:
             raise ValueError("lookup_branches must be in [0, 16] and lookup_draft >= 0")
 
@@ -356,7 +359,7 @@ class _Run:
         self.cancelled = cancelled
         self.start = start
         self.stats = CompletionStats()
-        self.stopper = Stopper(request.prefix, request.suffix, options.stop_rules)
+        self.stopper = Stopper(request.prefix, request.suffix, options.stop_rules, options.multiline)
         self.generated: list[int] = []
         self.trace: list[TokenTrace] = []
         self.window: LookaheadWindow | None = None

@@ -17,6 +17,11 @@ The cursor's line picks one of three modes:
   width of the whitespace before the cursor. The completion's first line continues the cursor's
   line, so it is never indented less than the block.
 
+The `multiline` setting changes the choice: "auto" is the above; "never" makes every completion
+one line (line mode whatever the cursor's line holds); "always" lets an end-of-line completion
+whose first line holds code go on as a block at the indentation of the cursor's line, and
+treats a cursor inside code as at the end of its line.
+
 A block completion may span several lines. It ends before the first line that
 
 * holds code indented less than the block. A line is judged as soon as its first
@@ -54,6 +59,8 @@ from dataclasses import dataclass, replace
 from typing import Iterator
 
 TAB_WIDTH = 4
+# When a completion may span several lines (the module docstring says how each works).
+MULTILINE_MODES = ("auto", "always", "never")
 OPENING_BRACKETS = "([{"
 CLOSING_BRACKETS = ")]}"
 
@@ -79,16 +86,20 @@ class _Scan:
 class Stopper:
     """Decides where a completion ends, from the document around the cursor."""
 
-    def __init__(self, prefix: str, suffix: str, enabled: bool = True) -> None:
+    def __init__(self, prefix: str, suffix: str, enabled: bool = True, multiline: str = "auto") -> None:
         """prefix: the document text before the cursor; suffix: the text after it.
         enabled=False: no code-aware rule (check() always None, finish() returns text
-        unchanged, used for benchmarks that want exactly N tokens)."""
+        unchanged, used for benchmarks that want exactly N tokens). multiline: one of
+        MULTILINE_MODES."""
+        if multiline not in MULTILINE_MODES:
+            raise ValueError(f"multiline must be one of {', '.join(MULTILINE_MODES)}, not {multiline!r}")
         self._enabled = enabled
+        self._always_block = multiline == "always"
         self._suffix = suffix
         self._before_cursor = prefix.rpartition("\n")[2]
         self._rest_of_line = suffix.partition("\n")[0].strip()
         self._next_code_line = next(_code_lines(suffix), "")
-        self._start = _first_scan(self._before_cursor, self._rest_of_line)
+        self._start = _first_scan(self._before_cursor, self._rest_of_line, multiline)
         # check() resumes after the lines it has judged while the text keeps growing.
         self._resume = self._start
         self._judged = ""
@@ -96,7 +107,7 @@ class Stopper:
     @property
     def mid_line(self) -> bool:
         """Whether the cursor's line holds code, before or after the cursor."""
-        return self._start.mode is not _Mode.BLOCK
+        return bool(self._before_cursor.strip() or self._rest_of_line)
 
     def check(self, text: str) -> int | None:
         """Called with the whole completion generated so far (it only grows between calls; the
@@ -156,9 +167,11 @@ class Stopper:
         """The scan once the complete line has been judged and kept."""
         has_code = bool(line.strip())
         mode = scan.mode
-        if mode is _Mode.END_OF_LINE:
-            mode = _Mode.LINE if has_code else _Mode.BLOCK
         block_indent = scan.block_indent
+        if mode is _Mode.END_OF_LINE and has_code and self._always_block:
+            mode, block_indent = _Mode.BLOCK, _indent(self._before_cursor)
+        elif mode is _Mode.END_OF_LINE:
+            mode = _Mode.LINE if has_code else _Mode.BLOCK
         if mode is _Mode.BLOCK and block_indent is None and has_code:
             block_indent = _indent(line)
         return replace(scan, mode=mode, block_indent=block_indent, pos=next_pos,
@@ -176,10 +189,10 @@ class Stopper:
         return dropped
 
 
-def _first_scan(before_cursor: str, rest_of_line: str) -> _Scan:
-    if rest_of_line:
+def _first_scan(before_cursor: str, rest_of_line: str, multiline: str) -> _Scan:
+    if multiline == "never" or (rest_of_line and multiline == "auto"):
         return _Scan(_Mode.LINE, None)
-    if before_cursor.strip():
+    if before_cursor.strip() or rest_of_line:
         return _Scan(_Mode.END_OF_LINE, None)
     return _Scan(_Mode.BLOCK, _width(before_cursor))
 
