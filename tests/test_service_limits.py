@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from lookahead_lsp._lookup import StaticCacheBuilder
 from lookahead_lsp.service import LookaheadService
 from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME
 from lookahead_lsp.tokenizer import Tokenizer
+from recording_client import RecordingClient
 
 # The cost model is measured once per cache folder; the server tests share this one.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
@@ -26,36 +26,9 @@ SAMPLE = Path(__file__).parent.parent / "examples" / "sample-project" / "shop" /
 WAIT_S = 300.0  # a loaded machine shared with other work
 
 
-class Recorder:
-    """The service's Client: what it would have shown or logged in the editor."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[int, str]] = []
-        self._lock = threading.Lock()
-        self.status_changes = 0
-
-    def log(self, level: int, message: str) -> None:
-        with self._lock:
-            self.lines.append((level, message))
-
-    def show(self, level: int, message: str) -> None:
-        self.log(level, message)
-
-    def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None:
-        pass
-
-    def status_changed(self) -> None:
-        with self._lock:
-            self.status_changes += 1
-
-    def matching(self, text: str) -> list[str]:
-        with self._lock:
-            return [message for _, message in self.lines if text in message]
-
-
 @pytest.fixture(scope="module")
-def loaded() -> Iterator[tuple[LookaheadService, Recorder]]:
-    client = Recorder()
+def loaded() -> Iterator[tuple[LookaheadService, RecordingClient]]:
+    client = RecordingClient()
     service = LookaheadService(client, CACHE)
     service.configure({"maxTokens": 8, "debounceMs": 0})
     service.start_model()
@@ -82,7 +55,7 @@ def _tokens(service: LookaheadService) -> int:
 
 
 def test_documents_above_the_cap_are_neither_completed_nor_indexed(
-    loaded: tuple[LookaheadService, Recorder], tmp_path: Path
+    loaded: tuple[LookaheadService, RecordingClient], tmp_path: Path
 ) -> None:
     service, client = loaded
     root = tmp_path / "capped"
@@ -114,7 +87,7 @@ def test_documents_above_the_cap_are_neither_completed_nor_indexed(
         service.remove_folder(root, save=False)
 
 
-def test_closing_a_document_forgets_its_suggestions(loaded: tuple[LookaheadService, Recorder]) -> None:
+def test_closing_a_document_forgets_its_suggestions(loaded: tuple[LookaheadService, RecordingClient]) -> None:
     service, _ = loaded
     uri = "untitled:Orders"
     text = SAMPLE.read_text()
@@ -136,7 +109,7 @@ def test_closing_a_document_forgets_its_suggestions(loaded: tuple[LookaheadServi
     service.close_document(uri, None)
 
 
-def test_recently_edited_documents_join_the_prompt(loaded: tuple[LookaheadService, Recorder]) -> None:
+def test_recently_edited_documents_join_the_prompt(loaded: tuple[LookaheadService, RecordingClient]) -> None:
     service, _ = loaded
     uri, other = "untitled:Totals", "untitled:Rates"
     text = "def total(items):\n    return sum(item.price for item in items)\n\n\ndef average(items):\n"
@@ -161,7 +134,7 @@ def test_recently_edited_documents_join_the_prompt(loaded: tuple[LookaheadServic
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_a_static_cache_that_is_not_a_file_is_skipped(
-    loaded: tuple[LookaheadService, Recorder], tmp_path: Path
+    loaded: tuple[LookaheadService, RecordingClient], tmp_path: Path
 ) -> None:
     service, client = loaded
     root = tmp_path / "fifo"
@@ -183,7 +156,7 @@ def test_a_static_cache_that_is_not_a_file_is_skipped(
 
 
 def test_a_static_cache_replaced_on_disk_is_opened_again(
-    loaded: tuple[LookaheadService, Recorder], tokenizer: Tokenizer, tmp_path: Path
+    loaded: tuple[LookaheadService, RecordingClient], tokenizer: Tokenizer, tmp_path: Path
 ) -> None:
     service, client = loaded
     root = tmp_path / "replaced"

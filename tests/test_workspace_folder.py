@@ -1,6 +1,6 @@
 """One workspace folder with the real tokenizer: indexed on its own thread, editor text indexed
 after the debounce (latest text per document wins; closing goes back to the disk), the saved
-copy reused by the next start, and the static cache found in the folder."""
+copy reused by the next start, and the repository cache found in the folder."""
 
 from __future__ import annotations
 
@@ -14,38 +14,12 @@ import pytest
 from lookahead_lsp._lookup import StaticCacheBuilder
 from lookahead_lsp.tokenizer import Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME, FolderSettings, WorkspaceFolder
+from recording_client import RecordingClient
 
 WAIT_S = 60.0
 MAIN = "def main():\n    return compute(1, 2)\n"
 
 pytestmark = pytest.mark.usefixtures("hermetic_git")
-
-
-class Recorder:
-    """The folder's client: what the user would have been told."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._lock = threading.Lock()
-        self.status_changes = 0
-
-    def log(self, level: int, message: str) -> None:
-        with self._lock:
-            self.lines.append(message)
-
-    def show(self, level: int, message: str) -> None:
-        self.log(level, message)
-
-    def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None:
-        pass
-
-    def status_changed(self) -> None:
-        with self._lock:
-            self.status_changes += 1
-
-    def matching(self, text: str) -> list[str]:
-        with self._lock:
-            return [line for line in self.lines if text in line]
 
 
 @pytest.fixture
@@ -57,14 +31,14 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def started(tokenizer: Tokenizer, root: Path, tmp_path: Path) -> Iterator[tuple[WorkspaceFolder, Recorder]]:
+def started(tokenizer: Tokenizer, root: Path, tmp_path: Path) -> Iterator[tuple[WorkspaceFolder, RecordingClient]]:
     folder, client = _start(tokenizer, root, tmp_path / "cache")
     yield folder, client
     folder.stop(save=False)
 
 
-def _start(tokenizer: Tokenizer, root: Path, cache_dir: Path) -> tuple[WorkspaceFolder, Recorder]:
-    client = Recorder()
+def _start(tokenizer: Tokenizer, root: Path, cache_dir: Path) -> tuple[WorkspaceFolder, RecordingClient]:
+    client = RecordingClient()
     settings = FolderSettings(cache_dir=cache_dir, debounce_s=0.05)
     folder = WorkspaceFolder(root, tokenizer, threading.Lock(), tokenizer.fingerprint, client, settings)
     folder.start()
@@ -84,7 +58,7 @@ def _tokens(tokenizer: Tokenizer, *texts: str) -> int:
 
 
 def test_editor_text_is_indexed_after_the_debounce_and_closing_goes_back_to_the_disk(
-    started: tuple[WorkspaceFolder, Recorder], tokenizer: Tokenizer, root: Path
+    started: tuple[WorkspaceFolder, RecordingClient], tokenizer: Tokenizer, root: Path
 ) -> None:
     folder, _ = started
     assert folder.status().index.tokens == _tokens(tokenizer, MAIN)
@@ -100,7 +74,7 @@ def test_editor_text_is_indexed_after_the_debounce_and_closing_goes_back_to_the_
 
 
 def test_a_document_not_on_disk_counts_while_open(
-    started: tuple[WorkspaceFolder, Recorder], tokenizer: Tokenizer, root: Path
+    started: tuple[WorkspaceFolder, RecordingClient], tokenizer: Tokenizer, root: Path
 ) -> None:
     folder, _ = started
     draft = "def draft():\n    return 3\n"
