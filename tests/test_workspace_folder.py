@@ -103,13 +103,17 @@ def test_the_folders_repository_cache_is_opened_and_verified(tokenizer: Tokenize
     builder = StaticCacheBuilder(tokenizer.n_vocab)
     builder.add(tokenizer.tokenize(MAIN * 3))
     builder.write(str(cache_file), tokenizer.fingerprint)
-    folder, _ = _start(tokenizer, root, tmp_path / "cache")
+    folder, client = _start(tokenizer, root, tmp_path / "cache")
     try:
         workspace, repository = folder.caches()
         assert repository is not None and folder.status().repository_cache == cache_file
         assert workspace is folder.index.cache
-        assert folder.caches()[1] is repository
+        # The editor was told of the opened cache and of the end of indexing, and only then.
+        _until(lambda: client.status_changes >= 2)
+        told = client.status_changes
+        assert folder.caches()[1] is repository and client.status_changes == told
         cache_file.write_bytes(b"not a cache")  # damaged on disk: refused before the next use
         assert folder.caches()[1] is None and folder.status().repository_cache is None
+        assert client.status_changes == told + 1
     finally:
         folder.stop(save=False)

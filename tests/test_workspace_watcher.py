@@ -66,7 +66,11 @@ class Watched:
         )
         self.texts = dict(SOURCES)
         self.reports: list[BatchReport] = []
-        self.watcher = WorkspaceWatcher(self.index, settings, on_batch=self.reports.append)
+        self.modes: list[str] = []  # the watcher's mode each time it said it changed
+        self.watcher = WorkspaceWatcher(
+            self.index, settings, on_batch=self.reports.append,
+            on_mode=lambda: self.modes.append(self.watcher.status.mode),
+        )  # fmt: skip
 
     def write(self, relative: str, text: str) -> Path:
         path = self.root / relative
@@ -389,6 +393,7 @@ def test_at_the_watch_limit_the_watcher_polls(
     status = watched.watcher.status
     assert (status.mode, status.folders) == ("polling", 0)
     assert "inotify watch limit is reached" in status.reason
+    assert watched.modes == ["polling"]  # the editor is told
     watched.texts["pkg/new.py"] = "polled = True\n"
     watched.put("pkg/new.py", watched.texts["pkg/new.py"])
     watched.wait_until_current()
@@ -435,6 +440,7 @@ def test_reaching_the_watch_limit_later(
     status = watched.watcher.status
     assert (status.mode, status.folders) == ("polling", 0)
     assert "inotify watch limit is reached" in status.reason
+    assert watched.modes == ["polling"]  # the editor is told
     # The inotify instance is given back, with its watches.
     wait_until(lambda: _inotify_fds() <= before)
 

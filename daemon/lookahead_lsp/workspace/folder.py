@@ -39,6 +39,9 @@ class FolderClient(Protocol):
     def log(self, level: int, message: str) -> None: ...
     def show(self, level: int, message: str) -> None: ...
     def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None: ...
+    def status_changed(self) -> None:
+        """What status() answers changed: indexing ended, the watcher's mode changed, the
+        repository cache was (re)opened or refused."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,7 @@ class WorkspaceFolder:
             self._client.show(logging.WARNING, f"lookahead-lsp: cannot index {self.root}: {error}")
         finally:
             self._indexed.set()
+            self._client.status_changed()  # indexed, and the watcher started
         while (edits := self._next_edits()) is not None:
             self._apply(edits)
 
@@ -205,7 +209,7 @@ class WorkspaceFolder:
         with self._condition:
             edits, self._edits, self._batch_started = self._edits, {}, None
         self._apply(edits)
-        watcher = WorkspaceWatcher(self.index)
+        watcher = WorkspaceWatcher(self.index, on_mode=self._client.status_changed)
         watcher.start()
         self._watcher = watcher
 
@@ -252,6 +256,8 @@ class WorkspaceFolder:
             if reopen:
                 self._repository_stale = False
                 self._open_repository(path)
+        if reopen:
+            self._client.status_changed()
 
     def _open_repository(self, path: Path) -> None:
         """Opens and verifies the static cache before drafting uses it. The one it replaces is

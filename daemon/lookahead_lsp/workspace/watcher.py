@@ -133,14 +133,17 @@ class WorkspaceWatcher:
         index: WorkspaceIndex,
         settings: WatcherSettings | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
+        on_mode: Callable[[], None] | None = None,
     ) -> None:
-        """on_batch is called on the watcher's thread after each applied batch."""
+        """on_batch is called on the watcher's thread after each applied batch; on_mode after
+        the watcher switched to polling (on the thread that found out)."""
         if index.root is None:
             raise ValueError("the index has no root folder")
         self._index = index
         self._root = index.root
         self._settings = settings or WatcherSettings()
         self._on_batch = on_batch
+        self._on_mode = on_mode
         self._condition = threading.Condition()
         self._pending: dict[Path, _Action] = {}
         self._rescan = False
@@ -230,8 +233,11 @@ class WorkspaceWatcher:
             self._settings.poll_s,
         )  # fmt: skip
         with self._condition:
-            if not self._stopping:
-                self._mode, self._reason = "polling", reason
+            if self._stopping:
+                return
+            self._mode, self._reason = "polling", reason
+        if self._on_mode is not None:
+            self._on_mode()
 
     def _ended(self, reason: str) -> None:
         """The inotify watches gave up (on their own thread): poll, after a rescan now, as
