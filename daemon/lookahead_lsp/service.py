@@ -1,8 +1,8 @@
 """What the language server does, without the protocol: the model (loaded in the background),
-the workspace folders (workspace/folder.py: each one's index, watcher and static cache, created
-once the model's tokenizer is known), completions scheduled on one model worker, and the status
-the editor shows. The server (server.py) only translates LSP
-messages into calls of this class and its answers back."""
+the workspace folders (workspace_folders.py, each one's index, watcher and repository cache
+created once the model's tokenizer is known), the open documents (documents.py), completions
+scheduled on one model worker, and the status the editor shows. The server (server.py) only
+translates LSP messages into calls of this class and its answers back."""
 
 from __future__ import annotations
 
@@ -30,10 +30,9 @@ from lookahead_lsp.errors import UserError
 from lookahead_lsp.models import resolve_model_path
 from lookahead_lsp.service_status import workspace_status
 from lookahead_lsp.settings import Settings, apply_update
-from lookahead_lsp.tokenizer import Tokenizer
 from lookahead_lsp.unopened import read_unopened
-from lookahead_lsp.workspace.folder import FolderSettings, WorkspaceFolder
-from lookahead_lsp.workspace.store import store_path_for
+from lookahead_lsp.workspace.folder import FolderSettings
+from lookahead_lsp.workspace_folders import WorkspaceFolders
 
 _LOG = logging.getLogger(__name__)
 # A request waits this long for a model still loading before it answers nothing.
@@ -65,15 +64,6 @@ class Counters:
     failed: int = 0
 
 
-@dataclass(frozen=True)
-class _IndexTokenizer:
-    """The folders' tokenizer (vocabulary only, apart from the engine's) and its vocabulary's
-    fingerprint."""
-
-    tokenizer: Tokenizer
-    fingerprint: int
-
-
 class LookaheadService:
     def __init__(self, client: Client, cache_dir: Path | None = None) -> None:
         self.client = client
@@ -81,18 +71,15 @@ class LookaheadService:
         self.settings = Settings()
         self.counters = Counters()
         self.last: dict[str, Any] | None = None
-        self.roots: list[Path] = []  # the workspace folders, indexed or not yet
-        self.folders: dict[Path, WorkspaceFolder] = {}  # those indexed with the model's tokenizer
         self.documents = OpenDocuments(client)
         self.suggestions = SuggestionCache()
         self.worker: CompletionWorker[Answer] = CompletionWorker(self.settings.debounce_ms / 1000)
         self._lock = threading.RLock()
+        self.workspace = WorkspaceFolders(client, self._lock, self.documents, self._folder_settings())
         self._engine: Engine | None = None
         self._engine_ready = threading.Event()
         self._engine_error: str | None = None
         self._model_path: Path | None = None
-        self._tokenizer: _IndexTokenizer | None = None
-        self._tokenizer_lock = threading.Lock()
         self._loader: threading.Thread | None = None
         self._closed = False
 
@@ -110,12 +97,15 @@ class LookaheadService:
         model_keys = {"model_path", "context_size", "threads", "gpu_layers"}
         if self._loader is not None and update.changed & model_keys:
             self.start_model()
-        if "static_cache_path" in update.changed:
-            configured = self.settings.static_cache_path
-            for folder in list(self.folders.values()):
-                folder.set_repository_cache(Path(configured).expanduser() if configured else None)
-        if "ignore_globs" in update.changed:
-            self._reopen_folders(save=True)
+        self.workspace.configure(self._folder_settings())
+
+    def _folder_settings(self) -> FolderSettings:
+        s = self.settings
+        return FolderSettings(
+            ignore=s.ignore_globs,
+            repository_cache=Path(s.static_cache_path).expanduser() if s.static_cache_path else None,
+            cache_dir=self.cache_dir,
+        )
 
     def start_model(self) -> None:
         """(Re)loads the model on a background thread; requests wait for it."""
@@ -147,7 +137,7 @@ class LookaheadService:
             self._engine, self._model_path = engine, path
         self._engine_ready.set()
         self.client.log(logging.INFO, f"model loaded: {path}")
-        self._open_folders(path)
+        self.workspace.use_model(path)
 
     def shutdown(self) -> None:
         """Saves every index, stops the threads, frees the model. Idempotent."""
@@ -155,117 +145,26 @@ class LookaheadService:
             if self._closed:
                 return
             self._closed = True
-        for root in list(self.roots):
-            self.remove_folder(root)
+        self.workspace.close()
         self.worker.stop()
         with self._lock:
             engine, self._engine = self._engine, None
-            tokenizer, self._tokenizer = self._tokenizer, None
         if engine is not None:
             engine.close()
-        if tokenizer is not None:
-            tokenizer.tokenizer.close()
 
     # -- workspace folders ---------------------------------------------------------------------
 
     def add_folder(self, root: Path) -> None:
         """A workspace folder, indexed once the model's tokenizer is known."""
-        root = root.resolve()
-        with self._lock:
-            if root in self.roots or self._closed:
-                return
-            self.roots.append(root)
-            if self._tokenizer is not None:
-                self._open_folder(root)
+        self.workspace.add(root.resolve())
 
     def remove_folder(self, root: Path, save: bool = True) -> None:
-        root = root.resolve()
-        with self._lock:
-            if root in self.roots:
-                self.roots.remove(root)
-            folder = self.folders.pop(root, None)
-        if folder is not None:
-            folder.stop(save)
+        self.workspace.remove(root.resolve(), save)
 
     def rebuild_indexes(self) -> None:
         """Forgets every folder's index, saved copy included, and indexes the folders again
-        from their files; the static caches are opened and verified again too."""
-        self._reopen_folders(save=False, forget=True)
-
-    def _reopen_folders(self, save: bool, forget: bool = False) -> None:
-        """Indexes the folders again with the current settings (forget: from their files, not
-        their saved copies)."""
-        with self._lock:
-            folders, self.folders = list(self.folders.values()), {}
-            roots = list(self.roots)
-        for folder in folders:
-            folder.stop(save)
-        if forget:
-            for root in roots:
-                store_path_for(root, self.cache_dir).unlink(missing_ok=True)
-        self._reopen_missing()
-
-    def _open_folders(self, model_path: Path) -> None:
-        """After a model loaded: the folders are indexed with its tokenizer (again, when
-        another model's was used)."""
-        with self._lock:
-            old = self._tokenizer
-        if old is not None and old.tokenizer.model_path == model_path:
-            self._reopen_missing()
-            return
-        with self._lock:
-            folders, self.folders = list(self.folders.values()), {}
-        for folder in folders:
-            folder.stop(save=True)
-        try:
-            tokenizer = Tokenizer(model_path)
-            with self._tokenizer_lock:
-                fingerprint = tokenizer.fingerprint
-        except (OSError, UserError, ValueError, RuntimeError) as error:
-            self.client.show(logging.WARNING, f"lookahead-lsp: cannot index: {error}")
-            return
-        with self._lock:
-            if self._closed:
-                tokenizer.close()
-                return
-            self._tokenizer = _IndexTokenizer(tokenizer, fingerprint)
-        if old is not None:
-            old.tokenizer.close()
-        self._reopen_missing()
-
-    def _reopen_missing(self) -> None:
-        with self._lock:
-            if self._closed or self._tokenizer is None:
-                return
-            for root in self.roots:
-                if root not in self.folders:
-                    self._open_folder(root)
-
-    def _open_folder(self, root: Path) -> None:
-        """Creates and starts the folder's indexing, with the documents open in it (the
-        service's lock held, so that no editor change overtakes them)."""
-        assert self._tokenizer is not None
-        s = self.settings
-        settings = FolderSettings(
-            ignore=s.ignore_globs,
-            repository_cache=Path(s.static_cache_path).expanduser() if s.static_cache_path else None,
-            cache_dir=self.cache_dir,
-        )
-        folder = WorkspaceFolder(
-            root, self._tokenizer.tokenizer, self._tokenizer_lock, self._tokenizer.fingerprint, self.client, settings
-        )
-        self.folders[root] = folder
-        for doc in self.documents.all():
-            if doc.path is not None and not doc.oversized and self.folder_of(doc.path) is folder:
-                folder.editor_text(doc.path, doc.text)
-        folder.start()
-
-    def folder_of(self, path: Path | None) -> WorkspaceFolder | None:
-        if path is None:
-            return None
-        with self._lock:
-            matches = [f for root, f in self.folders.items() if path.is_relative_to(root)]
-        return max(matches, key=lambda f: len(f.root.parts), default=None)
+        from their files; the repository caches are opened and verified again too."""
+        self.workspace.reopen(save=False, forget=True)
 
     # -- documents -----------------------------------------------------------------------------
 
@@ -297,19 +196,17 @@ class LookaheadService:
         It blocks: call it off the event loop."""
         if path is None:
             return None
-        with self._lock:
-            roots = list(self.roots)
-        return read_unopened(path, roots, self.settings.max_document_kb * 1024)
+        return read_unopened(path, self.workspace.roots(), self.settings.max_document_kb * 1024)
 
     def _editor_text(self, path: Path | None, text: str | None) -> None:
-        folder = self.folder_of(path)
+        folder = self.workspace.of(path)
         if folder is not None and path is not None:
             folder.editor_text(path, text)
 
     def disk_event(self, path: Path, kind: str) -> None:
         """A file event the editor reported (workspace/didChangeWatchedFiles): "created",
         "changed" or "deleted"."""
-        folder = self.folder_of(path)
+        folder = self.workspace.of(path)
         if folder is not None:
             folder.disk_event(path, "deleted" if kind == "deleted" else "changed")
 
@@ -375,7 +272,7 @@ class LookaheadService:
 
     def _caches(self, path: Path | None) -> DraftCaches:
         """The document's folder's caches (on the worker, which refreshes the static one)."""
-        folder = self.folder_of(path)
+        folder = self.workspace.of(path)
         if folder is None:
             return DraftCaches()
         workspace, repository = folder.caches()
@@ -388,25 +285,23 @@ class LookaheadService:
         self.counters.cancelled += 1
 
     def _relative(self, path: Path | None, uri: str) -> str:
-        folder = self.folder_of(path)
+        folder = self.workspace.of(path)
         if path is not None and folder is not None:
             return path.relative_to(folder.root).as_posix()
         return path.name if path is not None else uri.rsplit("/", 1)[-1]
 
     def _repository(self, path: Path | None) -> str:
-        folder = self.folder_of(path)
+        folder = self.workspace.of(path)
         return folder.root.name if folder is not None else ""
 
     # -- status --------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            roots = list(self.roots)
-            folders = [self.folders.get(root) for root in roots]
             model = str(self._model_path) if self._model_path else None
             error = self._engine_error
             loading = not self._engine_ready.is_set()
-        workspace = workspace_status(roots, [f.status() for f in folders if f is not None], error is not None)
+        workspace = workspace_status(*self.workspace.statuses(), error is not None)
         if loading:
             workspace["index"]["state"] = "indexing"
         return {
