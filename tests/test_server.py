@@ -435,3 +435,42 @@ async def test_debounce_ms_is_the_daemons_wait(client: LanguageClient, workspace
     superseded = await older
     assert superseded is not None and not superseded.items and newer is not None
     assert (await _status(client))["completions"]["served"] == served + 1
+
+
+def _close(client: LanguageClient, uri: str) -> None:
+    client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+
+
+async def _suggestions(client: LanguageClient, path: Path, spots: list[tuple[int, int]]) -> list[str]:
+    """The inline item's text at each spot (the line up to the cursor, then the suggestion);
+    the document is closed afterwards, which drops its cached suggestions."""
+    uri = _open(client, path)
+    shown = []
+    for line, character in spots:
+        result = await _inline(client, uri, line, character)
+        shown.append(result.items[0].insert_text if result is not None and result.items else "")
+    _close(client, uri)
+    return shown
+
+
+@pytest.mark.asyncio
+async def test_multiline_setting(client: LanguageClient, workspace: Path) -> None:
+    # A blank line in a function body, and three places inside code: before `lines: ...`, before
+    # `if quantity <= 0:` and before `raise ...`.
+    blank, in_code = (17, 8), [(9, 4), (12, 0), (13, 8)]
+    await _start(client, workspace, {"multiline": "never", "maxTokens": 48, "timeBudgetMs": None})
+    await _ready(client)
+    never = await _suggestions(client, workspace / ORDERS, [blank, *in_code])
+    assert all(text.strip() and "\n" not in text for text in never), never
+
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"lookahead": {"multiline": "auto"}}))
+    auto = await _suggestions(client, workspace / ORDERS, [blank, *in_code])
+    assert len(auto[0].splitlines()) > 1, auto  # a block from the blank line
+    assert all("\n" not in text for text in auto[1:]), auto  # inside code: one line
+    assert auto[0].startswith(never[0]) and auto[1:] == never[1:]
+
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"lookahead": {"multiline": "always"}}))
+    always = await _suggestions(client, workspace / ORDERS, in_code)
+    # The same first line, and where the model goes on at the line's indentation, more lines.
+    assert [text.split("\n")[0] for text in always] == auto[1:]
+    assert any(len(text.splitlines()) > 1 for text in always), always

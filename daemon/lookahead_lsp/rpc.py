@@ -103,6 +103,10 @@ class LookaheadProtocol(LanguageServerProtocol):
             self._model_started = True
         self.handle_message(message)
 
+    def session_initialized(self) -> bool:
+        """Whether the current client sent initialize: the daemon may speak to it unasked."""
+        return self._initialize_received and not self._shutdown
+
     def begin_session(self, writer: Any, end_connection: Callable[[], None]) -> None:
         """A new client: what the daemon says goes to `writer` from now on."""
         self.set_writer(writer)

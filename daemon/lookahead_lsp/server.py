@@ -73,6 +73,8 @@ class _StatusNotifier:
 
     def _send(self, loop: asyncio.AbstractEventLoop) -> None:
         self._scheduled = False
+        if not self.server.protocol.session_initialized():  # no client, or one not ready for it
+            return
         self._last_sent = loop.time()
         self.server.protocol.notify(STATUS_CHANGED_NOTIFICATION, self.server.service.status())
 

@@ -245,7 +245,7 @@ describe('package.json', () => {
     for (const [key, value] of Object.entries(DEFAULT_SETTINGS)) assert.deepEqual(defaults[key], value, key);
     // Whatever the extension does not use itself goes to the daemon, whose schema
     // (daemon/lookahead_lsp/settings.py) tests/test_settings.py compares with this file.
-    for (const key of ['gpuLayers', 'debounceMs', 'maxDocumentKb', 'draft', 'threads']) assert.ok(declared.includes(key), key);
+    for (const key of ['gpuLayers', 'debounceMs', 'maxDocumentKb', 'draft', 'threads', 'multiline']) assert.ok(declared.includes(key), key);
   });
 });
 
