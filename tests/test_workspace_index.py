@@ -110,9 +110,10 @@ def test_index_folder_equals_direct_build(root: Path, tokenizer: Tokenizer) -> N
     assert status.ngrams == index.cache.n_keys > 0
 
 
-def test_add_folder_binds_root_and_tokenizer(root: Path, tokenizer: Tokenizer) -> None:
+def test_index_folder_binds_root_and_tokenizer(root: Path, tokenizer: Tokenizer) -> None:
     index = WorkspaceIndex(tokenizer.n_vocab)
-    assert index.add_folder(root, tokenizer) == 6
+    stats = index.index_folder(root, tokenizer)
+    assert stats.tokenized + stats.unchanged == 6
     assert index.root == root
     assert index.apply_disk_change(write(root, "new.py", "x = 2\n")) == "updated"
     with pytest.raises(ValueError, match="covers"):

@@ -110,7 +110,7 @@ def _caches(engine: Engine, args: argparse.Namespace) -> DraftCaches:
         if not root.is_dir():
             raise UserError(f"workspace is not a folder: {root}")
         index = WorkspaceIndex(tokenizer.n_vocab)
-        index.add_folder(root, tokenizer)
+        index.index_folder(root, tokenizer)
         workspace = index.cache
     repository = None
     if args.static_cache:

@@ -10,8 +10,8 @@ their editor text. A file whose real path leaves the folder (a symlink out of it
 whether listed, reported by an event or opened.
 
 Threads: any method may be called from any thread, and `cache` may be read at any time (the
-NgramCache has its own reader/writer lock). The per-file bookkeeping is guarded by one lock,
-held briefly. Single-file updates read, tokenize and commit while holding the tokenizer lock,
+NgramCache has its own reader/writer lock). The per-file bookkeeping (indexed_files.py) is
+guarded by one lock, held briefly. Single-file updates read, tokenize and commit while holding the tokenizer lock,
 so they apply one at a time, in call order. index_folder's worker processes tokenize without
 it; what they return is committed only for files that no other update touched meanwhile."""
 
@@ -44,9 +44,10 @@ from lookahead_lsp.workspace.index_stats import (
     State,
     Tally,
 )
-from lookahead_lsp.workspace.rules import Content, FolderRules, Stamp, regular_status, stamp_of
 from lookahead_lsp.workspace.indexed_files import IndexedFiles
+from lookahead_lsp.workspace.rules import Content, FolderRules, Stamp, regular_status, stamp_of
 from lookahead_lsp.workspace.store import DIGEST_BYTES, FileRecord, load_records, save_records
+
 
 @dataclass(frozen=True, kw_only=True)
 class IndexSettings:
@@ -73,8 +74,8 @@ class WorkspaceIndex:
         """root: the folder indexed; tokenizer: the one single-file updates and small scans
         use. Either may be left for the first index_folder call to set. tokenizer_lock guards
         the tokenizer (a Tokenizer is not thread-safe): pass the lock the rest of the program
-        uses for it when it is shared, e.g. with the engine; by default the index assumes the
-        tokenizer is its own."""
+        uses for it when it is shared (the daemon's folders share one); by default the index
+        assumes the tokenizer is its own."""
         self.cache = NgramCache(n_vocab)
         self.settings = settings or IndexSettings()
         self._root: Path | None = None
@@ -99,20 +100,6 @@ class WorkspaceIndex:
                 self._state, len(self._files.records), self._files.n_tokens, self.cache.n_keys,
                 len(self._files.open),
             )
-
-    def set_file(self, path: Path | str, tokens: TokenArray) -> None:
-        """The file's n-grams are now those of `tokens` (its old ones removed first)."""
-        with self._lock:
-            self._files.put(_absolute(path), FileRecord(tokens, None, None))
-
-    def remove_file(self, path: Path | str) -> None:
-        with self._lock:
-            self._files.drop(_absolute(path))
-
-    def add_folder(self, root: Path, tokenizer: Tokenizer, jobs: int = 2) -> int:
-        """index_folder(root, tokenizer, jobs); returns the number of files indexed."""
-        stats = self.index_folder(root, tokenizer, jobs)
-        return stats.tokenized + stats.unchanged
 
     def index_folder(
         self,
