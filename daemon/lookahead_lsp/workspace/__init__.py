@@ -1,4 +1,6 @@
-"""The workspace side of the daemon: which files of a folder are worth indexing (files.py), the
-index of their n-grams (index.py) and its saved copy (store.py), the watcher that keeps it
-current (watcher.py, folder_watches.py, inotify.py), and the folder object that owns them all
-with its static cache and thread (folder.py)."""
+"""The workspace side of the daemon: which files of a folder are worth indexing (files.py, with
+gitignore.py's .gitignore rules and rules.py's one decision per file), the workspace cache of
+their n-grams (index.py, with indexed_files.py's bookkeeping and index_stats.py's reports) and
+its saved copy (store.py), the watcher that keeps it current (watcher.py, folder_watches.py,
+inotify.py), and the folder object that owns them all with its repository cache and thread
+(folder.py)."""
