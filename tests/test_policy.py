@@ -79,7 +79,10 @@ def test_tree_merges_paths_and_finds_the_accepted_one() -> None:
     tree.add_path([5, 6, 9, 10], [1, 1, 1, 1], 10)
     tree.add_path([8], [3], 10)
     assert tree.tokens == [5, 6, 7, 9, 10, 8] and tree.parents == [-1, 0, 1, 1, 3, -1]
-    assert tree.leaves() == [2, 4, 5]
+    # One branch per leaf (nodes 2, 4 and 5), holding the nodes on its path.
+    on = [[1, 1, 0], [1, 1, 0], [1, 0, 0], [0, 1, 0], [0, 1, 0], [0, 0, 1]]
+    assert tree.branches().tolist() == [[bool(x) for x in row] for row in on]
+    assert tree.depths == [0, 1, 2, 2, 3, 0]
     choices = [6, 9, 0, 10, 11, 0]  # the model's choice after each node
     assert tree.accepted_path(5, choices) == [0, 1, 3, 4]
     assert tree.accepted_path(8, choices) == [5]

@@ -31,7 +31,7 @@ from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
 from lookahead_lsp.engine.policy import AUTO_MAX_DRAFT, AutoPolicy
 from lookahead_lsp.engine.prompt import CompletionRequest, FimTokens, Prompt, PromptBuilder, PromptWindows
-from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, ModelRuntime, RuntimeSettings
+from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, EngineError, Logits, ModelRuntime, PassOutput, RuntimeSettings
 from lookahead_lsp.engine.stopping import MULTILINE_MODES, Stopper
 from lookahead_lsp.engine.tree import PREVIOUS, SOURCES, WINDOW, DraftTree
 from lookahead_lsp.engine.window import LookaheadShape, LookaheadWindow
@@ -56,6 +56,7 @@ class EngineSettings:
     n_threads: int | None = None  # None: all cores
     n_gpu_layers: int = -1  # -1: all, on a GPU build of llama-cpp-python
     cache_dir: Path | None = None  # cost model and calibration (default ~/.cache/lookahead-lsp)
+    sampling: str = "auto"  # where each position's argmax is taken (runtime.SAMPLING_MODES)
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,11 @@ class Engine:
         self.settings = settings
         self.runtime = ModelRuntime(
             RuntimeSettings(
-                settings.model_path, settings.n_ctx, settings.n_threads, settings.n_gpu_layers
+                settings.model_path,
+                settings.n_ctx,
+                settings.n_threads,
+                settings.n_gpu_layers,
+                sampling=settings.sampling,
             )
         )
         rt = self.runtime
@@ -208,6 +213,16 @@ class Engine:
         self._policy: AutoPolicy | None = None
         self._saved_at = time.monotonic()
         self._saver: threading.Thread | None = None
+
+    @property
+    def backend(self) -> str:
+        """The device that runs the model, as ggml names it: "CPU", "CUDA0", "Metal"..."""
+        return self.runtime.backend
+
+    @property
+    def sampling(self) -> str:
+        """Where each verified position's argmax is taken: "backend" or "host"."""
+        return self.runtime.sampling
 
     @property
     def policy(self) -> AutoPolicy:
@@ -496,48 +511,47 @@ class _Run:
     def _run_step(self, step: _Step, remaining: int) -> str | None:
         rt, tree = self.rt, step.tree
         batch = rt.batch
-        leaves = tree.leaves()
-        node_seqs: list[list[int]] = [[] for _ in range(len(tree))]
-        for seq, leaf in enumerate(leaves):
-            for node in tree.path_to(leaf):
-                node_seqs[node].append(seq)
-        n_branch_seqs = max(1, len(leaves))
-        window_seqs: list[int] = []
+        branches = tree.branches()
+        n_branch_seqs = max(1, branches.shape[1])
         n_past = len(rt.kv_tokens)
         pending = self.history[-1]
         batch.clear()
+        # Every branch and window column sees the accepted tokens, the lead and the pending one.
         root_seqs = list(range(n_branch_seqs))
         if step.window is not None:
             root_seqs += [n_branch_seqs + i for i in range(step.window.shape.width)]
+        needs_logits = self.options.trace or self.heal_ids is not None
+        if needs_logits and rt.logits_seq is not None:
+            root_seqs.append(rt.logits_seq)
         lead, self.lead = self.lead, []
         for i, token in enumerate(lead):
             batch.add(token, n_past + i, root_seqs, False)
         n_past += len(lead)
         root_row = batch.add(pending, n_past, root_seqs, True)
-        rows = [batch.add(tok, n_past + 1 + tree.depth(i), node_seqs[i], True) for i, tok in enumerate(tree.tokens)]
+        positions = np.asarray(tree.depths, dtype=np.int32) + (n_past + 1)
+        first_row = batch.add_outputs(tree.tokens, positions, branches, MAIN_SEQ)
         if step.window is not None:
-            window_seqs = step.window.add_to_batch(batch, n_past, n_branch_seqs)
-        used_seqs = sorted(set(root_seqs) | set(window_seqs))
-        for seq in used_seqs:
-            if seq != MAIN_SEQ:
-                rt.mirror_main(seq)
+            step.window.add_to_batch(batch, n_past, n_branch_seqs)
+        # llama.cpp wants the sequences of one token to hold the same cells before it.
+        for seq in root_seqs[1:]:
+            rt.mirror_main(seq)
         t = time.perf_counter()
-        logits = rt.decode_batch()
-        choices = np.argmax(logits, axis=1).tolist()
+        out = rt.decode_batch()
+        choices = out.tokens
         if self.heal_ids is not None:
             # The first token redoes the healed one: the best that starts with its text.
             ids, self.heal_ids = self.heal_ids, None
-            choices[root_row] = int(ids[np.argmax(logits[root_row, ids])])
+            choices[root_row] = int(ids[np.argmax(_rows(out)[root_row, ids])])
         self.stats.ms_model += (time.perf_counter() - t) * 1000
         self.stats.passes += 1
         self.stats.drafted += len(tree)
 
         t = time.perf_counter()
-        path = tree.accepted_path(choices[root_row], [choices[r] for r in rows])
+        path = tree.accepted_path(choices[root_row], choices[first_row : first_row + len(tree)])
         accepted = [tree.tokens[node] for node in path]
-        bonus_row = rows[path[-1]] if path else root_row
-        keep_seq = node_seqs[path[-1]][0] if path else MAIN_SEQ
-        rt.accept_branch(keep_seq, [*lead, pending, *accepted], len(used_seqs) > 1)
+        bonus_row = first_row + path[-1] if path else root_row
+        keep_seq = int(np.argmax(branches[path[-1]])) if path else MAIN_SEQ
+        rt.accept_branch(keep_seq, [*lead, pending, *accepted], len(root_seqs) > 1)
         if step.window is not None:
             step.window.update([choices[r] for r in step.window.output_rows])
         if step.evidence is not None or step.offered is not None:
@@ -551,7 +565,7 @@ class _Run:
         new = [*accepted, choices[bonus_row]]
         # The last completion's rest stays a draft only while the model keeps agreeing with it.
         self.previous = self.previous[len(new) :] if self.previous[: len(new)] == new else []
-        verifying_rows = [root_row, *(rows[node] for node in path)]
+        verifying_rows = [root_row, *(first_row + node for node in path)]
         reason = None
         for i, token in enumerate(new):
             if self.rt.is_end_of_generation(token):
@@ -562,7 +576,7 @@ class _Run:
         for node in path[: len(new)]:
             self.stats.accepted_by_source[SOURCES[tree.sources[node]]] += 1
         if self.options.trace:
-            self._record(new, verifying_rows, logits)
+            self._record(new, verifying_rows, _rows(out))
         self.history += new
         self.generated += new
         # The new tokens' n-grams, whose keys reach back up to 3 tokens before them.
@@ -610,3 +624,11 @@ class _Run:
 def language_key(path: str) -> str:
     """The guard's default key: the document's extension (its language), "" without one."""
     return PurePosixPath(path.replace("\\", "/")).suffix.lower()
+
+
+def _rows(out: PassOutput) -> Logits:
+    """The pass's logits rows, which a step asks for (token healing, a trace) by putting its
+    first token in the runtime's logits_seq."""
+    if out.logits is None:
+        raise EngineError("the pass brought no logits back")
+    return out.logits

@@ -1,10 +1,17 @@
 """One GGUF model and one llama.cpp context, driven through llama-cpp-python's low-level API:
-batches whose tokens may belong to several KV-cache sequences at once, per-position logits,
-and the KV cache kept between requests so that a new prompt only evaluates what changed."""
+batches whose tokens may belong to several KV-cache sequences at once, the model's choice at
+each position that asks for one, and the KV cache kept between requests so that a new prompt
+only evaluates what changed.
+
+The model's choice is the argmax of the position's logits row (262,144 floats with the default
+model). With backend sampling, a greedy sampler in llama.cpp's graph takes it where the model
+runs and only the token id comes back; with host sampling the whole row is copied back and numpy
+takes it. Both give the same token (ties aside: both are an argmax)."""
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,9 +26,15 @@ from lookahead_lsp.llama_log import interrupts_held_back, route_llama_log
 from lookahead_lsp.tokenizer import Tokenizer
 
 Logits = npt.NDArray[np.float32]
+_LOG = logging.getLogger(__name__)
 
 # Sequence 0 holds the accepted tokens; the others exist only during one decoding step.
 MAIN_SEQ = 0
+# Where each position's argmax is taken (module docstring). "auto": on the backend where the
+# model runs on a GPU, where the row's copy is what a pass waits for; on the host on a CPU,
+# where numpy's vectorised argmax beats ggml's one-thread scalar loop.
+SAMPLING_MODES = ("auto", "backend", "host")
+_GGML_DEVICE_GPU, _GGML_DEVICE_IGPU = 1, 2
 
 
 class EngineError(RuntimeError):
@@ -44,25 +57,52 @@ class RuntimeSettings:
     n_seq_max: int = 32
     # The largest batch one llama_decode may carry (prompt chunks and speculative steps).
     n_batch: int = 512
+    sampling: str = "auto"  # one of SAMPLING_MODES
+
+    def __post_init__(self) -> None:
+        if self.sampling not in SAMPLING_MODES:
+            raise ValueError(f"sampling must be one of {', '.join(SAMPLING_MODES)}, not {self.sampling!r}")
 
     @property
     def threads(self) -> int:
         return self.n_threads or os.cpu_count() or 1
 
 
+@dataclass
+class PassOutput:
+    """What one llama_decode gave back, one entry per output position in batch order."""
+
+    tokens: list[int]  # the model's choice (argmax) at each output position
+    logits: Logits | None  # the rows themselves, when they came to the host (a view, valid
+    # until the next decode)
+
+
 class Batch:
-    """A reusable llama_batch of up to `capacity` tokens, filled token by token."""
+    """A reusable llama_batch of up to `capacity` tokens. Its arrays are numpy buffers owned
+    here and filled in place, by slices where tokens come in runs."""
 
     def __init__(self, capacity: int, n_seq_max: int) -> None:
         self.capacity = capacity
         self.n_seq_max = n_seq_max
-        self._batch = llama_cpp.llama_batch_init(capacity, 0, n_seq_max)
-        b = self._batch
-        self._token = np.ctypeslib.as_array(b.token, shape=(capacity,))
-        self._pos = np.ctypeslib.as_array(b.pos, shape=(capacity,))
-        self._n_seq_id = np.ctypeslib.as_array(b.n_seq_id, shape=(capacity,))
-        self._logits = np.ctypeslib.as_array(b.logits, shape=(capacity,))
-        self._seq_ids = [np.ctypeslib.as_array(b.seq_id[i], shape=(n_seq_max,)) for i in range(capacity)]
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.zeros(capacity, dtype=np.int32)
+        self.seq_id = np.zeros((capacity, n_seq_max), dtype=np.int32)
+        self.output = np.zeros(capacity, dtype=np.int8)
+        seq_pointer = ctypes.POINTER(llama_cpp.llama_seq_id)
+        row_bytes = self.seq_id.strides[0]
+        self._seq_rows = (seq_pointer * (capacity + 1))(
+            *(ctypes.cast(self.seq_id.ctypes.data + i * row_bytes, seq_pointer) for i in range(capacity))
+        )
+        self._native = llama_cpp.llama_batch(
+            n_tokens=0,
+            token=self.token.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token)),
+            embd=None,
+            pos=self.pos.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_pos)),
+            n_seq_id=self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+            seq_id=self._seq_rows,
+            logits=self.output.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+        )
         self.size = 0
         self.n_outputs = 0
 
@@ -72,32 +112,73 @@ class Batch:
 
     def add(self, token: int, pos: int, seqs: Sequence[int], logits: bool) -> int:
         """Appends a token; returns its output row (or -1 without logits)."""
-        if self.size >= self.capacity:
-            raise EngineError(f"batch full ({self.capacity} tokens)")
+        i = self._reserve(1)
         if not seqs or len(seqs) > self.n_seq_max:
             raise EngineError(f"a token needs 1..{self.n_seq_max} sequences, got {len(seqs)}")
-        i = self.size
-        self._token[i] = token
-        self._pos[i] = pos
-        self._n_seq_id[i] = len(seqs)
-        self._seq_ids[i][: len(seqs)] = seqs
-        self._logits[i] = logits
+        self.token[i] = token
+        self.pos[i] = pos
+        self.n_seq_id[i] = len(seqs)
+        self.seq_id[i, : len(seqs)] = seqs
+        self.output[i] = logits
         self.size += 1
         if not logits:
             return -1
         self.n_outputs += 1
         return self.n_outputs - 1
 
+    def add_run(self, tokens: Sequence[int], first_pos: int, seq: int) -> None:
+        """Appends tokens at consecutive positions of one sequence, without outputs."""
+        n = len(tokens)
+        i = self._reserve(n)
+        self.token[i : i + n] = tokens
+        self.pos[i : i + n] = np.arange(first_pos, first_pos + n, dtype=np.int32)
+        self.n_seq_id[i : i + n] = 1
+        self.seq_id[i : i + n, 0] = seq
+        self.output[i : i + n] = 0
+        self.size += n
+
+    def add_outputs(self, tokens: Sequence[int], positions: npt.NDArray[np.int32], members: npt.NDArray[np.bool_], first_seq: int) -> int:
+        """Appends tokens that each ask for an output; token i belongs to the sequences
+        first_seq + j for every j where members[i, j]. Returns the first one's output row (the
+        others follow in order)."""
+        n = len(tokens)
+        if members.shape[1] > self.n_seq_max:
+            raise EngineError(f"a token needs 1..{self.n_seq_max} sequences, got {members.shape[1]}")
+        i = self._reserve(n)
+        counts = members.sum(axis=1)
+        if n and counts.min() < 1:
+            raise EngineError("a token needs at least one sequence")
+        self.token[i : i + n] = tokens
+        self.pos[i : i + n] = positions
+        self.n_seq_id[i : i + n] = counts
+        # A stable sort puts each row's member columns first, in order.
+        order = np.argsort(~members, axis=1, kind="stable")
+        self.seq_id[i : i + n, : members.shape[1]] = order + first_seq
+        self.output[i : i + n] = 1
+        self.size += n
+        first_row = self.n_outputs
+        self.n_outputs += n
+        return first_row
+
+    def has_seq(self, seq: int | None) -> bool:
+        """Whether a token of the batch belongs to sequence `seq`."""
+        n = self.size
+        filled = np.arange(self.n_seq_max) < self.n_seq_id[:n, None]
+        return bool(np.any((self.seq_id[:n] == seq) & filled))
+
+    def output_positions(self) -> npt.NDArray[np.intp]:
+        """The batch index of every output, in order."""
+        return np.flatnonzero(self.output[: self.size])
+
+    def _reserve(self, n: int) -> int:
+        if self.size + n > self.capacity:
+            raise EngineError(f"batch full ({self.capacity} tokens)")
+        return self.size
+
     @property
     def native(self) -> llama_cpp.llama_batch:
-        self._batch.n_tokens = self.size
-        batch: llama_cpp.llama_batch = self._batch
-        return batch
-
-    def free(self) -> None:
-        if self.capacity:
-            llama_cpp.llama_batch_free(self._batch)
-            self.capacity = 0
+        self._native.n_tokens = self.size
+        return self._native
 
 
 class ModelRuntime:
@@ -117,11 +198,26 @@ class ModelRuntime:
         if not model:
             raise UserError(f"cannot load the model {path} (not a GGUF model llama.cpp can read?)")
         self._model: llama_cpp.llama_model_p | None = model
+        self.backend = _model_device(self.gpu_offload)
+        wanted = settings.sampling if settings.sampling != "auto" else ("host" if self.backend == "CPU" else "backend")
+        # One greedy chain per sequence the engine uses. The extra sequence after them has none:
+        # a batch with a token in it brings every output's logits row to the host as well.
+        self._samplers = [_greedy_chain() for _ in range(settings.n_seq_max)] if wanted == "backend" else []
+        self.sampling = wanted
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = settings.n_ctx
         ctx_params.n_batch = settings.n_batch
         ctx_params.n_ubatch = settings.n_batch
-        ctx_params.n_seq_max = settings.n_seq_max
+        ctx_params.n_seq_max = settings.n_seq_max + 1
+        # A step verifies a whole branch of one sequence in one pass.
+        ctx_params.n_outputs_max_per_seq = settings.n_batch
+        if self._samplers:
+            configs = (llama_cpp.llama_sampler_seq_config * len(self._samplers))()
+            for seq, chain in enumerate(self._samplers):
+                configs[seq].seq_id = seq
+                configs[seq].sampler = ctypes.cast(chain, ctypes.c_void_p)
+            ctx_params.samplers = configs
+            ctx_params.n_samplers = len(configs)
         # One cell pool for all sequences: otherwise each gets n_ctx / n_seq_max cells.
         ctx_params.kv_unified = True
         # Sliding-window layers keep every cell, so rejected drafts can be removed from the end.
@@ -132,6 +228,7 @@ class ModelRuntime:
         with interrupts_held_back():
             ctx = llama_cpp.llama_init_from_model(model, ctx_params)
         if not ctx:
+            self._free_samplers()
             llama_cpp.llama_model_free(model)
             self._model = None
             raise UserError(f"cannot create a llama.cpp context for {path} (n_ctx {settings.n_ctx})")
@@ -141,12 +238,21 @@ class ModelRuntime:
         self.vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab = self.tokenizer.n_vocab
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
-        self.batch = Batch(settings.n_batch, settings.n_seq_max)
+        self.batch = Batch(settings.n_batch, settings.n_seq_max + 1)
         self.kv_tokens: list[int] = []
+        # Passes whose every choice came from the backend samplers (what tests check).
+        self.backend_passes = 0
 
     @property
     def gpu_offload(self) -> bool:
         return bool(llama_cpp.llama_supports_gpu_offload()) and self.settings.n_gpu_layers != 0
+
+    @property
+    def logits_seq(self) -> int | None:
+        """A sequence without a backend sampler, None when every output's row comes to the host
+        anyway. A step that needs logits (token healing, a trace) puts one of its tokens in it
+        too; the sequence holds nothing between steps."""
+        return self.settings.n_seq_max if self.sampling == "backend" else None
 
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
@@ -233,21 +339,44 @@ class ModelRuntime:
                 raise Cancelled
             self.batch.clear()
             piece = tokens[begin : begin + chunk]
-            for offset, token in enumerate(piece):
-                self.batch.add(token, begin + offset, (MAIN_SEQ,), False)
+            self.batch.add_run(piece, begin, MAIN_SEQ)
             self._decode()
             self.kv_tokens.extend(piece)
         return len(tokens) - start
 
-    def decode_batch(self) -> Logits:
-        """Evaluates the filled batch; returns its logits, one row per output (in batch order).
-        The rows are a view, valid until the next decode."""
+    def decode_batch(self) -> PassOutput:
+        """Evaluates the filled batch; returns the model's choice at each output position and,
+        on the host path or when a token of the batch is in `logits_seq`, the logits rows."""
         self._decode()
-        n_out = self.batch.n_outputs
-        if n_out == 0:
-            return np.empty((0, self.n_vocab), dtype=np.float32)
+        batch = self.batch
+        if batch.n_outputs == 0:
+            return PassOutput([], None)
+        # A token in logits_seq brings every row to the host and takes its own row off the
+        # backend samplers: the whole pass is then taken on the host.
+        if self.sampling == "backend" and not batch.has_seq(self.logits_seq):
+            ctx = self._open_ctx()
+            tokens = [llama_cpp.llama_get_sampled_token_ith(ctx, int(i)) for i in batch.output_positions()]
+            if llama_cpp.LLAMA_TOKEN_NULL not in tokens:
+                self.backend_passes += 1
+                return PassOutput(tokens, None)
+            self._stop_backend_sampling()
+            # The batch's cells come off again (none of its tokens is accepted yet): evaluated
+            # once more, its rows come to the host.
+            self.truncate(len(self.kv_tokens))
+            self._decode()
+        rows = self._logits_rows()
+        return PassOutput(np.argmax(rows, axis=1).tolist(), rows)
+
+    def _logits_rows(self) -> Logits:
         pointer = llama_cpp.llama_get_logits(self._open_ctx())
-        return np.ctypeslib.as_array(pointer, shape=(n_out, self.n_vocab))
+        return np.ctypeslib.as_array(pointer, shape=(self.batch.n_outputs, self.n_vocab))
+
+    def _stop_backend_sampling(self) -> None:
+        _LOG.warning("backend sampling gave no token on %s: taking the argmax on the host", self.backend)
+        ctx = self._open_ctx()
+        for seq in range(len(self._samplers)):
+            llama_cpp.llama_set_sampler(ctx, seq, None)
+        self.sampling = "host"
 
     def _decode(self) -> None:
         status = llama_cpp.llama_decode(self._open_ctx(), self.batch.native)
@@ -260,15 +389,21 @@ class ModelRuntime:
     # -- lifetime ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        self.batch.free()
         self.tokenizer.close()
         if self._ctx is not None:
             llama_cpp.llama_free(self._ctx)
             self._ctx = None
+        self._free_samplers()
         if self._model is not None:
             with interrupts_held_back():
                 llama_cpp.llama_model_free(self._model)
             self._model = None
+
+    def _free_samplers(self) -> None:
+        # After the context: it refers to them until freed.
+        for chain in self._samplers:
+            llama_cpp.llama_sampler_free(chain)
+        self._samplers = []
 
     def _open_ctx(self) -> llama_cpp.llama_context_p:
         if self._ctx is None:
@@ -279,3 +414,39 @@ class ModelRuntime:
         if self._model is None:
             raise EngineError("the model runtime is closed")
         return self._model
+
+
+def _greedy_chain() -> llama_cpp.llama_sampler_p:
+    chain: llama_cpp.llama_sampler_p = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
+    return chain
+
+
+def _model_device(gpu_offload: bool) -> str:
+    """The device that runs the model, as ggml names it ("CPU", "CUDA0", "Metal"...): the GPUs
+    llama.cpp offloads to by default (dedicated ones, else integrated ones), joined by "+"."""
+    if not gpu_offload:
+        return "CPU"
+    ggml = _ggml_device_api()
+    devices = [ggml.ggml_backend_dev_get(i) for i in range(ggml.ggml_backend_dev_count())]
+    for kind in (_GGML_DEVICE_GPU, _GGML_DEVICE_IGPU):
+        names = [ggml.ggml_backend_dev_name(d).decode() for d in devices if ggml.ggml_backend_dev_type(d) == kind]
+        if names:
+            return "+".join(names)
+    return "CPU"
+
+
+def _ggml_device_api() -> ctypes.CDLL:
+    """ggml's device registry, which llama-cpp-python does not bind: looked up through the
+    llama library it loaded (its dependencies included), never by loading a libggml of our own,
+    which could be a second copy from another folder (LLAMA_CPP_LIB_PATH)."""
+    lib: ctypes.CDLL = llama_cpp.llama_cpp._lib
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_count.argtypes = []
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_dev_name.restype = ctypes.c_char_p
+    lib.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    return lib

@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 # Indices into SOURCES; the first three are the lookup core's evidence source ids. "previous":
 # the rest of the last completion, when the user has typed its beginning.
 SOURCES = ("context", "workspace", "repository", "window", "previous")
@@ -20,6 +23,7 @@ class DraftTree:
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     sources: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)  # 0: a child of the root
     _children: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -56,24 +60,20 @@ class DraftTree:
                 node = self._append(at, token, source) if len(self.tokens) < max_nodes else -2
             mapped.append(node)
 
-    def leaves(self) -> list[int]:
-        has_child = set(parent for parent in self.parents if parent >= 0)
-        return [i for i in range(len(self.tokens)) if i not in has_child]
-
-    def depth(self, node: int) -> int:
-        d = 0
-        while self.parents[node] >= 0:
-            node = self.parents[node]
-            d += 1
-        return d
-
-    def path_to(self, node: int) -> list[int]:
-        """The nodes from the root's child down to `node`."""
-        path = []
-        while node >= 0:
-            path.append(node)
-            node = self.parents[node]
-        return path[::-1]
+    def branches(self) -> npt.NDArray[np.bool_]:
+        """One column per leaf (in node order): [node, j] says whether the node lies on the
+        path from the root to leaf j, i.e. belongs to that branch."""
+        n = len(self.tokens)
+        on_path = np.eye(n, dtype=bool)
+        # Children come after their parents: walking backwards, a node's row is complete
+        # before it is added to its parent's.
+        for node in range(n - 1, -1, -1):
+            parent = self.parents[node]
+            if parent >= 0:
+                on_path[parent] |= on_path[node]
+        has_child = np.zeros(n, dtype=bool)
+        has_child[[p for p in self.parents if p >= 0]] = True
+        return on_path[:, ~has_child]
 
     def accepted_path(self, root_choice: int, choices: Sequence[int]) -> list[int]:
         """The longest path the model agrees with: starting from the root, follow the child
@@ -90,5 +90,6 @@ class DraftTree:
         self.tokens.append(token)
         self.parents.append(parent)
         self.sources.append(source)
+        self.depths.append(self.depths[parent] + 1 if parent >= 0 else 0)
         self._children[(parent, token)] = node
         return node
