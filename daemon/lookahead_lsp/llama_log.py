@@ -1,4 +1,10 @@
-"""llama.cpp's log, routed to Python logging, and Ctrl-C around llama.cpp calls that log."""
+"""llama.cpp loaded once, before any other native library of ours, its log routed to Python
+logging, and Ctrl-C around llama.cpp calls that log.
+
+Importing this module loads llama.cpp's shared libraries (the ggml backends with them) and
+initialises its backends. The package's __init__ imports it first, so the order cannot depend on
+which of our modules a program happens to import first: loaded after numpy and our own
+extension, a CUDA build of llama.cpp crashed in llama_model_load_from_file."""
 
 from __future__ import annotations
 
@@ -30,6 +36,10 @@ def route_llama_log() -> None:
     # Set before every load rather than once at import: importing llama_cpp installs
     # llama-cpp-python's own stderr printer, and anything may import it after us.
     llama_cpp.llama_log_set(_LLAMA_LOG_CALLBACK, ctypes.c_void_p(0))
+
+
+route_llama_log()
+llama_cpp.llama_backend_init()
 
 
 @contextlib.contextmanager
