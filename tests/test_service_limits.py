@@ -34,6 +34,7 @@ def loaded() -> Iterator[tuple[LookaheadService, RecordingClient]]:
     service.start_model()
     _until(lambda: service.status()["model_state"] != "loading")
     assert service.status()["model_state"] == "ready"
+    assert client.status_changes >= 1, "the editor must learn that the model is ready without asking"
     yield service, client
     service.shutdown()
 
@@ -107,6 +108,39 @@ def test_closing_a_document_forgets_its_suggestions(loaded: tuple[LookaheadServi
     again = service.complete(uri, None, typed, offset + 1, "python", invoked=True).result(timeout=WAIT_S)
     assert again is not None and again.source == "model"
     service.close_document(uri, None)
+
+
+def test_a_settings_change_forgets_the_suggestions_made_under_the_old_ones(
+    loaded: tuple[LookaheadService, RecordingClient],
+) -> None:
+    service, _ = loaded
+    uri = "untitled:Settings"
+    text = SAMPLE.read_text()
+    offset = sum(len(line) for line in text.splitlines(keepends=True)[:17]) + 8
+    service.open_document(uri, None, text)
+    answer = service.complete(uri, None, text, offset, "python", invoked=True).result(timeout=WAIT_S)
+    assert answer is not None and len(answer.text) > 1
+    typed = text[:offset] + answer.text[0] + text[offset:]
+    service.configure({"maxTokens": 4})
+    try:
+        again = service.complete(uri, None, typed, offset + 1, "python", invoked=True).result(timeout=WAIT_S)
+        assert again is not None and again.source == "model"
+    finally:
+        service.configure({"maxTokens": 8})
+        service.close_document(uri, None)
+
+
+def test_the_editor_is_told_when_the_model_cannot_load(tmp_path: Path) -> None:
+    client = RecordingClient()
+    service = LookaheadService(client, CACHE)
+    try:
+        service.configure({"modelPath": str(tmp_path / "missing.gguf")})
+        service.start_model()
+        _until(lambda: client.status_changes >= 1)
+        assert service.status()["model_state"] != "ready"
+        assert client.matching("missing.gguf")
+    finally:
+        service.shutdown()
 
 
 def test_recently_edited_documents_join_the_prompt(loaded: tuple[LookaheadService, RecordingClient]) -> None:

@@ -227,6 +227,11 @@ class SuggestionCache:
             for key in [key for key in self._entries if key[0] == uri]:
                 del self._entries[key]
 
+    def clear(self) -> None:
+        """Forgets every suggestion (the settings that shaped them changed)."""
+        with self._lock:
+            self._entries.clear()
+
     def retained_chars(self) -> int:
         """Characters (and digest bytes) the entries hold: bounded by size entries of a few
         KiB plus their suggestion and URI, whatever the documents' sizes."""

@@ -94,6 +94,10 @@ class LookaheadService:
         with self._lock:
             self.settings = update.settings
             self.worker.debounce_s = self.settings.debounce_ms / 1000
+        if update.changed:
+            # A suggestion made under other settings (draft, maxTokens, multiline, the model...)
+            # must not come back from the cache as if made under these.
+            self.suggestions.clear()
         model_keys = {"model_path", "context_size", "threads", "gpu_layers"}
         if self._loader is not None and update.changed & model_keys:
             self.start_model()
@@ -132,11 +136,13 @@ class LookaheadService:
                 self._model_path = None
             self._engine_ready.set()
             self.client.show(logging.ERROR, f"lookahead-lsp: no completions: {message}")
+            self.client.status_changed()
             return
         with self._lock:
             self._engine, self._model_path = engine, path
         self._engine_ready.set()
         self.client.log(logging.INFO, f"model loaded: {path}")
+        self.client.status_changed()
         self.workspace.use_model(path)
 
     def shutdown(self) -> None:
