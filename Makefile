@@ -17,8 +17,18 @@ LLAMA_FLAVOUR := $(if $(filter x86_64,$(ARCH)),$(if $(HAS_AVX512),avx512,avx2),d
 LLAMA_CMAKE_ARGS_avx2 := -DGGML_NATIVE=OFF
 LLAMA_CMAKE_ARGS_avx512 := -DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON
 LLAMA_CMAKE_ARGS_default :=
-LLAMA_WHEELS := $(HOME)/.cache/lookahead-lsp/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOUR)
-LLAMA_STAMP := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_FLAVOUR)
+# `make install GPU=cuda` (NVIDIA, needs the CUDA toolkit's nvcc) or `GPU=metal` (Apple
+# silicon) builds llama.cpp with that backend too, into a wheel of its own next to the CPU one;
+# the model then runs on the GPU (the extension's gpuLayers setting, all layers by default).
+GPU ?=
+LLAMA_GPU_ARGS_cuda := -DGGML_CUDA=on
+LLAMA_GPU_ARGS_metal := -DGGML_METAL=on
+ifneq ($(filter-out cuda metal,$(GPU)),)
+$(error GPU must be cuda or metal (or unset for the CPU build), not "$(GPU)")
+endif
+LLAMA_BUILD := $(LLAMA_FLAVOUR)$(if $(GPU),-$(GPU))
+LLAMA_WHEELS := $(HOME)/.cache/lookahead-lsp/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_BUILD)
+LLAMA_STAMP := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_BUILD)
 
 # The VS Code extension's end-to-end test runs a real VS Code: code-server from the npm registry,
 # built here once (its own install scripts would download from GitHub) and kept outside the
@@ -45,15 +55,17 @@ $(PY): | prerequisites
 
 $(LLAMA_WHEELS)/.built: | $(PY)
 	mkdir -p $(LLAMA_WHEELS)
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS_$(LLAMA_FLAVOUR))" $(PIP) wheel --quiet --no-cache-dir --no-deps \
+	CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS_$(LLAMA_FLAVOUR)) $(LLAMA_GPU_ARGS_$(GPU)))" $(PIP) wheel --quiet --no-cache-dir --no-deps \
 		llama-cpp-python==$(LLAMA_CPP_VERSION) -w $(LLAMA_WHEELS)
 	touch $@
 
 # The first install brings its dependencies; the second replaces a build of the same version
-# that pip may have installed from its own cache.
+# that pip may have installed from its own cache, or another flavour's (one stamp at a time, so
+# that going back to a flavour installs it again).
 $(LLAMA_STAMP): $(LLAMA_WHEELS)/.built
 	$(PIP) install --quiet $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
 	$(PIP) install --quiet --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
+	rm -f $(VENV)/.llama-cpp-python-*
 	touch $@
 
 install: prerequisites $(PY) $(LLAMA_STAMP)

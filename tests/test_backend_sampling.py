@@ -9,6 +9,7 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
+import llama_cpp
 import pytest
 
 from lookahead_lsp._lookup import NgramCache
@@ -72,7 +73,9 @@ def test_backend_and_host_argmax_give_the_same_completions(engines: tuple[Engine
 def test_backend_sampling_is_taken_on_this_machine(engines: tuple[Engine, Engine]) -> None:
     backend, host = engines
     assert backend.sampling == "backend" and host.sampling == "host"
-    assert backend.backend == host.backend != ""
+    # The device that runs the model: the CPU on a build of llama.cpp without a GPU backend.
+    assert backend.backend == host.backend == ("CPU" if not llama_cpp.llama_supports_gpu_offload() else backend.backend)
+    assert backend.backend
     # At the start of a line: no token healing, whose first pass needs the logits on the host.
     request = CompletionRequest("def add(a, b):\n", "", "add.py")
     before = backend.runtime.backend_passes
