@@ -37,6 +37,20 @@ def test_json_completion_of_the_sample_project(tmp_path: Path) -> None:
     assert "quantity" in out["completion"]
 
 
+def test_multiline_never_stops_at_the_end_of_the_line(tmp_path: Path) -> None:
+    target = SAMPLE / "shop" / "orders.py"
+    completions = {}
+    for mode in ("auto", "never"):
+        done = _cli("complete", f"{target}:18:9", "--workspace", str(SAMPLE), "--multiline", mode, "--json",
+                    cache=tmp_path)
+        assert done.returncode == 0, done.stderr
+        completions[mode] = json.loads(done.stdout)["completion"]
+    # A method body from its first line: several lines unless the user said never.
+    assert "\n" in completions["auto"].strip()
+    assert "\n" not in completions["never"] and completions["never"].strip()
+    assert completions["auto"].startswith(completions["never"])
+
+
 def test_exact_token_count_without_stop_rules(tmp_path: Path) -> None:
     target = SAMPLE / "shop" / "inventory.py"
     done = _cli("complete", f"{target}:20:9", "--draft", "none", "--max-tokens", "12", "--no-stop-rules",

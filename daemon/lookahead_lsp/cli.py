@@ -133,6 +133,12 @@ def _parser() -> argparse.ArgumentParser:
         "--time-budget-ms", type=float, metavar="MS", help="stop generating MS after the prompt is in (one pass always runs)"
     )
     comp.add_argument(
+        "--multiline",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="several lines: auto (from a blank line, default), always, never (the editors' multiline setting)",
+    )
+    comp.add_argument(
         "--no-stop-rules", action="store_true", help="generate exactly --max-tokens tokens (benchmarks)"
     )
     comp.add_argument(

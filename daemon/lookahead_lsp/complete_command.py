@@ -66,6 +66,7 @@ def complete(args: argparse.Namespace) -> int:
             time_budget_ms=args.time_budget_ms,
             stop_rules=not args.no_stop_rules,
             heal=not args.no_heal,
+            multiline=args.multiline,
         )
     except ValueError as error:
         raise UserError(str(error)) from error
