@@ -1,0 +1,88 @@
+"""What a caller sets: the engine's settings, one completion's options, the caches it drafts
+from, and the token that cancels it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from lookahead_lsp._lookup import NgramCache, StaticCache
+from lookahead_lsp.engine.policy import AUTO_MAX_DRAFT
+from lookahead_lsp.engine.prompt import PromptWindows
+from lookahead_lsp.engine.stopping import MULTILINE_MODES
+from lookahead_lsp.engine.window import LookaheadShape
+
+DRAFT_MODES = ("none", "lookup", "lookahead", "auto")
+# auto: the window shapes it may run, widest first (planning.auto_window picks one).
+AUTO_WINDOW_SHAPES = (LookaheadShape(8, 4, 8), LookaheadShape(4, 4, 4), LookaheadShape(2, 3, 2))
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    model_path: Path
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None: all cores
+    n_gpu_layers: int = -1  # -1: all, on a GPU build of llama-cpp-python
+    cache_dir: Path | None = None  # cost model and calibration (default ~/.cache/lookahead-lsp)
+    sampling: str = "auto"  # where each position's argmax is taken (runtime.SAMPLING_MODES)
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    draft: str = "auto"
+    max_tokens: int = 64
+    time_budget_ms: float | None = None
+    stop_rules: bool = True
+    multiline: str = "auto"  # when a completion may span several lines (stopping.MULTILINE_MODES)
+    windows: PromptWindows = PromptWindows()
+    lookup_draft: int = 8  # lookup / lookahead: tokens per drafted branch
+    lookup_branches: int = 3  # lookup / lookahead: branches of the token tree
+    lookahead: LookaheadShape = LookaheadShape()
+    trace: bool = False  # record, per emitted token, the verifying pass's top two logits
+    heal: bool = True  # token healing at the end of a partly typed word (healing.py)
+    # auto: whose record the guard keeps (a document, a language); default: the file extension.
+    speculation_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.draft not in DRAFT_MODES:
+            raise ValueError(f"draft must be one of {', '.join(DRAFT_MODES)}, not {self.draft!r}")
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if self.multiline not in MULTILINE_MODES:
+            raise ValueError(f"multiline must be one of {', '.join(MULTILINE_MODES)}, not {self.multiline!r}")
+        if not 0 <= self.lookup_branches <= 16 or self.lookup_draft < 0:
+            raise ValueError("lookup_branches must be in [0, 16] and lookup_draft >= 0")
+
+
+@dataclass(frozen=True)
+class DraftCaches:
+    """The lookup core's long-lived sources; the request's context cache is the engine's own.
+    A static cache must be verified before it is handed over."""
+
+    dynamic: NgramCache | None = None
+    static: StaticCache | None = None
+
+
+class CancelToken:
+    """Set from any thread; the engine checks it between model passes and prompt chunks."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+def step_room(options: DecodeOptions) -> int:
+    """Positions one step may use beyond the current token."""
+    lookup = options.lookup_draft if options.draft != "auto" else AUTO_MAX_DRAFT
+    if options.draft == "auto":
+        window = max(shape.positions for shape in AUTO_WINDOW_SHAPES)
+    else:
+        window = options.lookahead.positions
+    return lookup + window + 8
