@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lookahead_lsp.engine.runtime import Batch
+from lookahead_lsp.engine.batch import Batch
 
 
 @dataclass(frozen=True)
