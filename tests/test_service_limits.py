@@ -35,6 +35,8 @@ def loaded() -> Iterator[tuple[LookaheadService, RecordingClient]]:
     _until(lambda: service.status()["model_state"] != "loading")
     assert service.status()["model_state"] == "ready"
     assert client.status_changes >= 1, "the editor must learn that the model is ready without asking"
+    status = service.status()
+    assert status["backend"] and status["sampling"] in ("backend", "host")
     yield service, client
     service.shutdown()
 
@@ -138,6 +140,7 @@ def test_the_editor_is_told_when_the_model_cannot_load(tmp_path: Path) -> None:
         service.start_model()
         _until(lambda: client.status_changes >= 1)
         assert service.status()["model_state"] != "ready"
+        assert service.status()["backend"] is None
         assert client.matching("missing.gguf")
     finally:
         service.shutdown()

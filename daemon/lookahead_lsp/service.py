@@ -307,6 +307,7 @@ class LookaheadService:
             model = str(self._model_path) if self._model_path else None
             error = self._engine_error
             loading = not self._engine_ready.is_set()
+            engine = self._engine
         workspace = workspace_status(*self.workspace.statuses(), error is not None)
         if loading:
             workspace["index"]["state"] = "indexing"
@@ -315,6 +316,10 @@ class LookaheadService:
             "model": model,
             "model_state": "loading" if loading else ("error" if error else "ready"),
             "model_error": error,
+            # Which device runs the model ("CPU", "CUDA0", ...) and where each verified
+            # position's argmax is taken ("backend" or "host"): null until a model is loaded.
+            "backend": engine.backend if engine is not None else None,
+            "sampling": engine.sampling if engine is not None else None,
             **workspace,
             "completions": {
                 "served": self.counters.served,
