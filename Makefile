@@ -128,7 +128,7 @@ test: install test-tools
 # loaders promise never to read outside a mapping, whatever the file holds. Python itself is not
 # built with ASan, so its runtime is preloaded (with libstdc++, whose throw it intercepts), and
 # Python's allocations still live at exit are not leaks of ours.
-SANITIZE_TESTS := tests/test_ngram_cache.py tests/test_static_cache.py tests/test_drafting.py tests/test_replay.py
+SANITIZE_TESTS := tests/lookup
 sanitize: install
 	cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOKUP_SANITIZE=ON \
 		-DLOOKUP_PYTHON_MODULE=ON -DPython_EXECUTABLE=$(abspath $(PY)) \

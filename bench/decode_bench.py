@@ -240,7 +240,7 @@ class TaskResult:
 def run_task(
     engine: Engine, task: Task, index: int, modes: tuple[str, ...], max_tokens: int, workspaces: Workspaces
 ) -> TaskResult:
-    caches = DraftCaches(dynamic=workspaces.cache_for(task))
+    caches = DraftCaches(workspace=workspaces.cache_for(task))
     order = modes[index % len(modes) :] + modes[: index % len(modes)]
     outputs = {}
     result = TaskResult(task.name, task.language, task.kind)
@@ -265,7 +265,7 @@ def run_task(
 
 def warm_latency(engine: Engine, task: Task, workspaces: Workspaces) -> float:
     """ms of the request after one more typed character (a one-line completion, <= 16 tokens)."""
-    caches = DraftCaches(dynamic=workspaces.cache_for(task))
+    caches = DraftCaches(workspace=workspaces.cache_for(task))
     options = DecodeOptions(draft="auto", max_tokens=16)
     engine.complete(request_of(task), options, caches)
     typed = task.text[: task.cursor + 1]
@@ -295,7 +295,7 @@ def run_cold_task(spec_text: str) -> int:
     settings = EngineSettings(model, n_ctx=4096, n_threads=spec["threads"], cache_dir=cache_dir)
     engine = Engine(settings)
     try:
-        caches = DraftCaches(dynamic=Workspaces(engine).cache_for(task))
+        caches = DraftCaches(workspace=Workspaces(engine).cache_for(task))
         done = engine.complete(request_of(task), options_of("auto", int(spec["max_tokens"])), caches)
     finally:
         engine.close()
@@ -347,7 +347,7 @@ def replay_task(engine: Engine, task: Task, truth: list[int], workspaces: Worksp
     prompt = engine.build_prompt(request_of(task), options_of("auto", max_tokens))
     return ReplayTask(
         task.name, Path(task.path.name).suffix, engine.tokenizer.n_vocab, list(prompt.sources), prompt.tokens,
-        truth, dynamic=workspaces.cache_for(task),
+        truth, workspace=workspaces.cache_for(task),
     )
 
 

@@ -30,12 +30,11 @@ MAX_QUEUED_JOBS = 8
 
 @dataclass
 class _Job(Generic[T]):
-    key: str
+    key: str | None  # the document's; None: a chore that belongs to no document
     run: Callable[[CancelToken], T]
     cancel: CancelToken
     future: Future[T | None]
     not_before: float
-    essential: bool
 
 
 class CompletionWorker(Generic[T]):
@@ -55,18 +54,25 @@ class CompletionWorker(Generic[T]):
         self._thread = threading.Thread(target=self._loop, name="lookahead-model", daemon=True)
         self._thread.start()
 
-    def submit(
-        self, key: str, run: Callable[[CancelToken], T], debounce: bool = True, essential: bool = False
-    ) -> Future[T | None]:
-        """Queues run(cancel) under key; debounce=False (an explicit request) starts it as soon
-        as the worker is free. An essential job (freeing a model) is never dropped for room."""
+    def submit(self, key: str, run: Callable[[CancelToken], T], debounce: bool = True) -> Future[T | None]:
+        """Queues run(cancel) for the document `key`; debounce=False (an explicit request)
+        starts it as soon as the worker is free."""
         delay = self.debounce_s if debounce else 0.0
-        job: _Job[T] = _Job(key, run, CancelToken(), Future(), time.monotonic() + delay, essential)
+        return self._enqueue(_Job(key, run, CancelToken(), Future(), time.monotonic() + delay))
+
+    def submit_chore(self, run: Callable[[CancelToken], T]) -> Future[T | None]:
+        """Queues a job that belongs to no document and must run (freeing a replaced model on
+        the thread that used it): nothing supersedes it, it is never dropped for room, and it
+        waits for no debounce."""
+        return self._enqueue(_Job(None, run, CancelToken(), Future(), time.monotonic()))
+
+    def _enqueue(self, job: _Job[T]) -> Future[T | None]:
         with self._lock:
             if self._stopped:
                 _resolve(job.future, None)
                 return job.future
-            self._drop(lambda old: old.key == key)
+            if job.key is not None:
+                self._drop(lambda old: old.key == job.key)
             self._make_room()
             self._queue.append(job)
             self._lock.notify_all()
@@ -113,7 +119,7 @@ class CompletionWorker(Generic[T]):
 
     def _make_room(self) -> None:
         """Drops the oldest waiting jobs that may be dropped until one more fits (lock held)."""
-        droppable = [job for job in self._queue if not job.essential]
+        droppable = [job for job in self._queue if job.key is not None]
         while droppable and len(self._queue) >= self.max_queued:
             oldest = droppable.pop(0)
             self._queue.remove(oldest)

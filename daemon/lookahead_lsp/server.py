@@ -113,9 +113,6 @@ class _EditorChannel:
         self._call(self.server.status_notifier.changed)
 
     def _progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None:
-        if done or token not in self._progress_started:
-            # A folder's indexing began or ended: its status with it.
-            self.server.status_notifier.changed()
         if not self.server.supports_progress:
             return  # the client did not declare window.workDoneProgress
         progress = self.server.work_done_progress

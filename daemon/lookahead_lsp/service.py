@@ -122,7 +122,7 @@ class LookaheadService:
             old, self._engine = self._engine, None
             self._engine_error = None
         if old is not None:
-            self.worker.submit("\0reload", lambda _cancel: _close(old), essential=True)
+            self.worker.submit_chore(lambda _cancel: _close(old))
         s = self.settings
         try:
             path = resolve_model_path(None, s.model_path, asker="editor")

@@ -23,7 +23,7 @@ from lookahead_lsp.engine.prompt import CompletionRequest
 from lookahead_lsp.engine.results import Completion, CompletionStats, TokenTrace
 from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, EngineError, Logits, PassOutput
 from lookahead_lsp.engine.stopping import Stopper
-from lookahead_lsp.engine.tree import SOURCES, WINDOW
+from lookahead_lsp.engine.sources import SOURCES, WINDOW
 from lookahead_lsp.engine.window import LookaheadWindow
 
 if TYPE_CHECKING:

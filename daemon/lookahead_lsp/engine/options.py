@@ -57,11 +57,12 @@ class DecodeOptions:
 
 @dataclass(frozen=True)
 class DraftCaches:
-    """The lookup core's long-lived sources; the request's context cache is the engine's own.
-    A static cache must be verified before it is handed over."""
+    """The lookup core's long-lived draft sources: the folder's live workspace cache and its
+    prebuilt repository cache (a static cache file, verified before it is handed over). The
+    request's context cache is the engine's own."""
 
-    dynamic: NgramCache | None = None
-    static: StaticCache | None = None
+    workspace: NgramCache | None = None
+    repository: StaticCache | None = None
 
 
 class CancelToken:

@@ -20,10 +20,9 @@ from lookahead_lsp._lookup import NgramCache, draft_tree, draft_with_evidence
 from lookahead_lsp.engine.cost_model import CostModel
 from lookahead_lsp.engine.options import AUTO_WINDOW_SHAPES, DecodeOptions, DraftCaches
 from lookahead_lsp.engine.policy import AUTO_MAX_DRAFT, AutoPolicy
-from lookahead_lsp.engine.tree import PREVIOUS, WINDOW, DraftTree
+from lookahead_lsp.engine.sources import PREVIOUS, WINDOW, Evidence, EvidenceColumn, evidence_of
+from lookahead_lsp.engine.tree import DraftTree
 from lookahead_lsp.engine.window import LookaheadWindow
-
-Evidence = npt.NDArray[np.int64]
 # auto: a window runs only where its positions cost at most this many plain passes.
 _FREE_WINDOW_COST = 1.10
 
@@ -83,7 +82,7 @@ class Planner:
 
     def _previous(self, step: StepPlan, tokens: list[int]) -> None:
         if self.options.draft == "auto":
-            evidence = np.array([[PREVIOUS, 0, 1, 1]] * len(tokens), dtype=np.int64)
+            evidence = evidence_of(PREVIOUS, len(tokens))
             k = self._policy().choose(evidence, self.key).length
             tokens, step.evidence = tokens[:k], evidence[:k]
         step.tree.add_path(tokens, [PREVIOUS] * len(tokens), len(tokens))
@@ -97,19 +96,19 @@ class Planner:
             return
         n = min(self.options.lookup_draft, room)
         caches = self.caches
-        tokens, parents, evidence = draft_tree(tail, n, branches, self.context, caches.dynamic, caches.static)
-        step.tree.add_tree(tokens.tolist(), parents.tolist(), evidence[:, 0].tolist(), n * branches)
+        tokens, parents, evidence = draft_tree(tail, n, branches, self.context, caches.workspace, caches.repository)
+        step.tree.add_tree(tokens.tolist(), parents.tolist(), evidence[:, EvidenceColumn.SOURCE].tolist(), n * branches)
 
     def _auto_path(self, step: StepPlan, tail: npt.NDArray[np.int32], room: int) -> None:
         caches = self.caches
         tokens, evidence = draft_with_evidence(
-            tail, min(AUTO_MAX_DRAFT, room), self.context, caches.dynamic, caches.static
+            tail, min(AUTO_MAX_DRAFT, room), self.context, caches.workspace, caches.repository
         )
         if not len(tokens):
             return
         choice = self._policy().choose(evidence, self.key)
         k = choice.length
-        step.tree.add_path(tokens[:k].tolist(), evidence[:k, 0].tolist(), k)
+        step.tree.add_path(tokens[:k].tolist(), evidence[:k, EvidenceColumn.SOURCE].tolist(), k)
         step.evidence = evidence[:k]
         # Held back by the guard, the offer says nothing about the evidence.
         step.offered = None if choice.held_back else evidence[k : k + 1]

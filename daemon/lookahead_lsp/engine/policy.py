@@ -15,13 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-import numpy.typing as npt
-
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
-from lookahead_lsp.engine.tree import PREVIOUS
+from lookahead_lsp.engine.sources import PREVIOUS, Evidence
 
-Evidence = npt.NDArray[np.int64]  # (n, 4): source, n-gram size, count, total
 BucketKey = tuple[int, int, int, int]  # source, n-gram size, count bucket, share bucket
 
 # Pseudo-observations behind the prior: enough to steady the first decisions, few enough to

@@ -19,6 +19,7 @@ import numpy as np
 from lookahead_lsp._lookup import NgramCache, StaticCache, draft_with_evidence
 from lookahead_lsp.engine.cost_model import CostModel
 from lookahead_lsp.engine.policy import AUTO_MAX_DRAFT, AutoPolicy, BucketKey, bucket_key
+from lookahead_lsp.engine.sources import Evidence, evidence_of
 from lookahead_lsp.tokenizer import TokenArray
 
 
@@ -28,7 +29,7 @@ class Draft:
     confirms from the start."""
 
     tokens: list[int]
-    evidence: np.ndarray  # (n, 4) as draft_with_evidence
+    evidence: Evidence
     accepted: int
 
 
@@ -40,8 +41,8 @@ class ReplayTask:
     sources: list[TokenArray]  # the prompt's sources: the context cache starts from them
     prompt: list[int]
     truth: list[int]  # plain greedy decoding's tokens after the prompt
-    dynamic: NgramCache | None = None
-    static: StaticCache | None = None
+    workspace: NgramCache | None = None
+    repository: StaticCache | None = None
     drafts: list[Draft] = field(default_factory=list)
 
     def compute_drafts(self) -> None:
@@ -56,7 +57,7 @@ class ReplayTask:
         for i in range(n):
             tail = np.asarray(history[-4:], dtype=np.int32)
             room = min(AUTO_MAX_DRAFT, n - i - 1)
-            tokens, evidence = draft_with_evidence(tail, room, context, self.dynamic, self.static) if room else _none()
+            tokens, evidence = draft_with_evidence(tail, room, context, self.workspace, self.repository) if room else _none()
             drafted = tokens.tolist()
             accepted = 0
             while accepted < len(drafted) and drafted[accepted] == self.truth[i + accepted]:
@@ -67,8 +68,8 @@ class ReplayTask:
             context.add(np.asarray(tail_new, dtype=np.int32), first=len(tail_new) - 1)
 
 
-def _none() -> tuple[np.ndarray, np.ndarray]:
-    return np.empty(0, dtype=np.int32), np.empty((0, 4), dtype=np.int64)
+def _none() -> tuple[np.ndarray, Evidence]:
+    return np.empty(0, dtype=np.int32), evidence_of(0, 0)
 
 
 @dataclass(frozen=True)

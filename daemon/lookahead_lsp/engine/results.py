@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lookahead_lsp.engine.tree import SOURCES
+from lookahead_lsp.engine.sources import SOURCES
 
 
 @dataclass

@@ -9,12 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-# Indices into SOURCES; the first three are the lookup core's evidence source ids. "previous":
-# the rest of the last completion, when the user has typed its beginning.
-SOURCES = ("context", "workspace", "repository", "window", "previous")
-WINDOW = 3
-PREVIOUS = 4
-
 
 @dataclass
 class DraftTree:

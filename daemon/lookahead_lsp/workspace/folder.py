@@ -40,7 +40,7 @@ class FolderClient(Protocol):
     def show(self, level: int, message: str) -> None: ...
     def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None: ...
     def status_changed(self) -> None:
-        """What status() answers changed: indexing ended, the watcher's mode changed, the
+        """What status() answers changed: indexing began or ended, the watcher's mode changed, the
         repository cache was (re)opened or refused."""
 
 
@@ -174,6 +174,7 @@ class WorkspaceFolder:
     # -- the folder's thread -------------------------------------------------------------------
 
     def _run(self) -> None:
+        self._client.status_changed()  # indexing began
         try:
             self._index_once()
         except (OSError, UserError, ValueError, RuntimeError) as error:

@@ -3,8 +3,8 @@ the editor (LSP workspace/didChangeWatchedFiles, through notify) go into one deb
 and each batch is applied to the index on the watcher's own thread.
 
 On Linux the file system events come from inotify watches on the folders that can hold indexed
-files only (folder_watches.py); elsewhere from watchdog's observer of the whole folder (macOS's
-FSEvents and Windows watch a tree at once, at no cost per folder). When watching cannot start or
+files only (folder_watches.py); elsewhere from watchdog's observer of the whole folder
+(tree_observer.py). When watching cannot start or
 go on (the user's inotify watch limit is reached, the folder is deleted) the watcher polls: it
 rescans the folder every poll_s, and `status` says so and why. The editor's events still apply
 at once either way.
@@ -30,25 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
-from watchdog.events import (
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-    FileSystemMovedEvent,
-)
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
-
 from lookahead_lsp.workspace import inotify
 from lookahead_lsp.workspace.folder_watches import FolderWatches, describe
 from lookahead_lsp.workspace.index import WorkspaceIndex
 from lookahead_lsp.workspace.index_stats import IndexStats, Outcome
+from lookahead_lsp.workspace.tree_observer import TreeObserver
 
 # LSP's FileChangeType, by name.
 EventKind = Literal["created", "changed", "deleted"]
@@ -62,19 +48,6 @@ _Action = Literal["change", "delete"]
 POLL_INTERVAL_S = 10.0
 
 _log = logging.getLogger(__name__)
-
-# The events worth a look: writes, creations, deletions and renames. A folder created or moved
-# in yields events for the files inside it; a folder deleted or moved away only its own.
-_EVENT_FILTER: list[type[FileSystemEvent]] = [
-    FileCreatedEvent,
-    FileModifiedEvent,
-    FileClosedEvent,
-    FileDeletedEvent,
-    FileMovedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-]
-
 
 @dataclass(frozen=True, kw_only=True)
 class WatcherSettings:
@@ -153,9 +126,8 @@ class WorkspaceWatcher:
         self._reason = ""
         self._last_rescan = time.monotonic()
         self._watches: FolderWatches | None = None
-        self._observer: BaseObserver | None = None
+        self._observer: TreeObserver | None = None
         self._thread: threading.Thread | None = None
-        self._trouble = _WatchdogTrouble(self)
 
     @property
     def watching(self) -> bool:
@@ -194,9 +166,8 @@ class WorkspaceWatcher:
             self._condition.notify_all()
             observer, self._observer = self._observer, None
             watches, self._watches = self._watches, None
-        logging.getLogger("watchdog").removeHandler(self._trouble)
         if observer is not None:
-            _stop_observer(observer)
+            observer.stop()
         if watches is not None:
             watches.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -225,7 +196,6 @@ class WorkspaceWatcher:
         observer = self._start_observer()
         with self._condition:
             self._observer, self._mode, self._reason = observer, "watching", ""
-        logging.getLogger("watchdog").addHandler(self._trouble)
 
     def _poll_instead(self, reason: str) -> None:
         _log.warning(
@@ -246,16 +216,6 @@ class WorkspaceWatcher:
         self.request_rescan()
 
     # Queueing (any thread)
-
-    def _on_event(self, event: FileSystemEvent) -> None:
-        source = Path(os.fsdecode(event.src_path))
-        if isinstance(event, FileSystemMovedEvent):
-            self._queue(source, "delete")
-            self._queue(Path(os.fsdecode(event.dest_path)), "change")
-        elif isinstance(event, (FileDeletedEvent, DirDeletedEvent)):
-            self._queue(source, "delete")
-        else:
-            self._queue(source, "change")
 
     def _on_change(self, path: Path, deleted: bool) -> None:
         self._queue(path, "delete" if deleted else "change")
@@ -348,67 +308,27 @@ class WorkspaceWatcher:
             if time.monotonic() - self._last_rescan >= self._settings.poll_s:
                 self.request_rescan()
             return
-        if observer is None or _healthy(observer):
+        if observer is None or observer.healthy:
             return
         _log.warning("file watching of %s stopped; restarting it and rescanning", self._root)
-        _stop_observer(observer)
+        observer.stop()
         try:
-            replacement: BaseObserver | None = self._start_observer()
+            replacement: TreeObserver | None = self._start_observer()
         except OSError as error:
             replacement = None
             self._poll_instead(describe(error))
         with self._condition:
             if self._stopping:
                 if replacement is not None:
-                    _stop_observer(replacement)
+                    replacement.stop()
                 return
             self._observer = replacement
         self.request_rescan()
 
-    def _start_observer(self) -> BaseObserver:
-        observer = Observer()
-        try:
-            observer.schedule(
-                _Handler(self._on_event), str(self._root), recursive=True,
-                event_filter=_EVENT_FILTER,
-            )  # fmt: skip
-            observer.start()
-        except BaseException:
-            _stop_observer(observer)
-            raise
+    def _start_observer(self) -> TreeObserver:
+        observer = TreeObserver(self._root, self._on_change, self.request_rescan)
+        observer.start()
         return observer
 
     def _is_stopping(self) -> bool:
         return self._stopping
-
-
-class _Handler(FileSystemEventHandler):
-    def __init__(self, queue: Callable[[FileSystemEvent], None]) -> None:
-        self._queue = queue
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        # Runs on watchdog's thread, which an exception would end: queueing never raises.
-        self._queue(event)
-
-
-class _WatchdogTrouble(logging.Handler):
-    """watchdog reports a kernel queue overflow (events lost) only as a logged warning; this
-    handler on its logger turns any warning or error of its observers into a rescan."""
-
-    def __init__(self, watcher: WorkspaceWatcher) -> None:
-        super().__init__(level=logging.WARNING)
-        self._watcher = watcher
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.name.startswith("watchdog.observers"):
-            self._watcher.request_rescan()
-
-
-def _healthy(observer: BaseObserver) -> bool:
-    return observer.is_alive() and all(emitter.is_alive() for emitter in observer.emitters)
-
-
-def _stop_observer(observer: BaseObserver) -> None:
-    observer.stop()
-    if observer.is_alive():
-        observer.join()

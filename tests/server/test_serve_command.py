@@ -20,7 +20,7 @@ from lookahead_lsp.errors import UserError
 from lookahead_lsp.serve_command import parse_listen_address
 from lsp_peer import Peer, initialize, no_model_env, wait_for_line
 
-SAMPLE = Path(__file__).parent.parent / "examples" / "sample-project"
+SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
 
 
 def test_listen_addresses() -> None:

@@ -60,7 +60,7 @@ def _task(engine: Engine, name: str, marker: str) -> tuple[CompletionRequest, Dr
     prefix = text[:cut]
     workspace = NgramCache(engine.tokenizer.n_vocab)
     workspace.add(tokenize_file_text(engine.tokenizer, prefix.encode()))
-    return CompletionRequest(prefix, "", name), DraftCaches(dynamic=workspace)
+    return CompletionRequest(prefix, "", name), DraftCaches(workspace=workspace)
 
 
 def _run(engine: Engine, request: CompletionRequest, caches: DraftCaches, draft: str, **kw: object) -> Completion:

@@ -20,7 +20,7 @@ STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # (file, a line whose start is the cursor): code that repeats itself, so that drafts are accepted.
 TASKS = [("json/encoder.py", "        if _indent is not None:"), ("csv.py", "                d[key] = self.restval")]
 # auto sizes its drafts from timings, so the two engines' batches may differ in shape, and with
-# them the last bits of the logits: a near-tie may then go either way (tests/test_engine.py).
+# them the last bits of the logits: a near-tie may then go either way (tests/engine/test_engine.py).
 NEAR_TIE = 0.5
 
 
@@ -42,7 +42,7 @@ def _task(engine: Engine, name: str, marker: str) -> tuple[CompletionRequest, Dr
     prefix = text[: text.index(marker)]
     workspace = NgramCache(engine.tokenizer.n_vocab)
     workspace.add(tokenize_file_text(engine.tokenizer, prefix.encode()))
-    return CompletionRequest(prefix, "", name), DraftCaches(dynamic=workspace)
+    return CompletionRequest(prefix, "", name), DraftCaches(workspace=workspace)
 
 
 def _run(engine: Engine, request: CompletionRequest, caches: DraftCaches, draft: str, trace: bool = False) -> Completion:

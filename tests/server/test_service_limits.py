@@ -22,7 +22,7 @@ from recording_client import RecordingClient
 
 # The cost model is measured once per cache folder; the server tests share this one.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
-SAMPLE = Path(__file__).parent.parent / "examples" / "sample-project" / "shop" / "orders.py"
+SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project" / "shop" / "orders.py"
 WAIT_S = 300.0  # a loaded machine shared with other work
 
 

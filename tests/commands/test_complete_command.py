@@ -13,7 +13,7 @@ import pytest
 from lookahead_lsp.complete_command import split_at
 from lookahead_lsp.errors import UserError
 
-SAMPLE = Path(__file__).parent.parent / "examples" / "sample-project"
+SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
 
 
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:

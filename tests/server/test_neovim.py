@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-SAMPLE = Path(__file__).parent.parent / "examples" / "sample-project"
+SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
 # The blank line in Order.remove_line's body (0-based line, column).
 LINE, COLUMN = 17, 8

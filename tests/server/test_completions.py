@@ -189,17 +189,17 @@ def test_the_queue_holds_at_most_its_cap() -> None:
         worker.stop()
 
 
-def test_an_essential_job_is_never_dropped_for_room() -> None:
+def test_a_chore_is_never_dropped_for_room_nor_superseded_by_another() -> None:
     started, release = threading.Event(), threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0, max_queued=2)
     try:
         worker.submit("blocker", _blocking(started, release))
         assert started.wait(5)
-        essential = worker.submit("\0free", lambda cancel: "freed", essential=True)
+        chores = [worker.submit_chore(lambda cancel, i=i: f"freed {i}") for i in range(2)]
         later = [worker.submit(f"doc{i}", lambda cancel, i=i: f"job {i}") for i in range(5)]
-        assert worker.queued == 2
+        assert worker.queued == 3
         release.set()
-        assert essential.result(timeout=5) == "freed"
+        assert [f.result(timeout=5) for f in chores] == ["freed 0", "freed 1"]
         assert [f.result(timeout=5) for f in later] == [None, None, None, None, "job 4"]
     finally:
         release.set()

@@ -13,7 +13,7 @@ from lookahead_lsp.engine import DRAFT_MODES
 from lookahead_lsp.engine.stopping import MULTILINE_MODES
 from lookahead_lsp.settings import SCHEMA, Settings, apply_update, package_properties, update_package_json
 
-PACKAGE_JSON = Path(__file__).parent.parent / "vscode-client" / "package.json"
+PACKAGE_JSON = Path(__file__).parents[2] / "vscode-client" / "package.json"
 # The extension's own settings: which program runs or is installed, and its on/off switch.
 EXTENSION_ONLY = {"lookahead.enable", "lookahead.serverCommand", "lookahead.pythonPath", "lookahead.installSpec"}
 

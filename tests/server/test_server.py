@@ -20,7 +20,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-SAMPLE = Path(__file__).parent.parent / "examples" / "sample-project"
+SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
 # Shared by every server the tests start: the cost model is measured once.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
 SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--log-level", "info", "--cache-dir", str(CACHE)]
