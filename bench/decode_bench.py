@@ -246,7 +246,7 @@ def run_task(
     result = TaskResult(task.name, task.language, task.kind)
     for mode in order:
         # Each mode starts without the previous mode's output as a "previous completion" draft.
-        engine.last = None
+        engine.previous = None
         done = engine.complete(request_of(task), options_of(mode, max_tokens), caches)
         outputs[mode] = done.tokens
         result.tokens_per_s[mode] = done.stats.tokens_per_s
@@ -509,7 +509,7 @@ def replay_only(args: argparse.Namespace, model: Path, tasks: list[Task], cache_
     for task in tasks:
         truth = truths.get(task)
         if truth is None:
-            engine.last = None
+            engine.previous = None
             truth = engine.complete(request_of(task), options_of("none", args.max_tokens), DraftCaches()).tokens
             truths.put(task, truth)
             print(f"truth decoded: {task.name}", file=sys.stderr, flush=True)

@@ -70,7 +70,7 @@ class LookaheadService:
         self.cache_dir = cache_dir
         self.settings = Settings()
         self.counters = Counters()
-        self.last: dict[str, Any] | None = None
+        self.last_completion: dict[str, Any] | None = None
         self.documents = OpenDocuments(client)
         self.suggestions = SuggestionCache()
         self.worker: CompletionWorker[Answer] = CompletionWorker(self.settings.debounce_ms / 1000)
@@ -273,7 +273,7 @@ class LookaheadService:
         else:
             self.counters.served += 1
             self.suggestions.store(uri, request.prefix, request.suffix, result.text)
-            self.last = {"text": result.text, "stop_reason": result.stop_reason, **result.stats.as_dict()}
+            self.last_completion = {"text": result.text, "stop_reason": result.stop_reason, **result.stats.as_dict()}
         return Answer(result.text, "model", result)
 
     def _caches(self, path: Path | None) -> DraftCaches:
@@ -327,7 +327,7 @@ class LookaheadService:
                 "cancelled": self.counters.cancelled + self.worker.superseded,
                 "failed": self.counters.failed,
             },
-            "last": self.last,
+            "last": self.last_completion,
             "draft": self.settings.draft,
         }
 

@@ -46,7 +46,7 @@ def _task(engine: Engine, name: str, marker: str) -> tuple[CompletionRequest, Dr
 
 
 def _run(engine: Engine, request: CompletionRequest, caches: DraftCaches, draft: str, trace: bool = False) -> Completion:
-    engine.last = None  # no "previous completion" draft
+    engine.previous = None  # no "previous completion" draft
     options = DecodeOptions(draft=draft, max_tokens=20, stop_rules=False, trace=trace)
     return engine.complete(request, options, caches)
 

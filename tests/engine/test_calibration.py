@@ -33,7 +33,7 @@ def _engine(model: Path, cache_dir: Path) -> Engine:
 
 def _auto(engine: Engine, key: str | None = None, max_tokens: int = 24) -> int:
     """Drafted tokens of one auto completion."""
-    engine.last = None
+    engine.previous = None
     options = DecodeOptions(draft="auto", max_tokens=max_tokens, stop_rules=False, speculation_key=key)
     return engine.complete(REPETITIVE, options).stats.drafted
 

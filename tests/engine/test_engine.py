@@ -65,7 +65,7 @@ def _task(engine: Engine, name: str, marker: str) -> tuple[CompletionRequest, Dr
 
 def _run(engine: Engine, request: CompletionRequest, caches: DraftCaches, draft: str, **kw: object) -> Completion:
     options = DecodeOptions(draft=draft, max_tokens=48, stop_rules=False, trace=True, **kw)  # type: ignore[arg-type]
-    engine.last = None  # no "previous completion" draft from an earlier run of the same prompt
+    engine.previous = None  # no "previous completion" draft from an earlier run of the same prompt
     return engine.complete(request, options, caches)
 
 

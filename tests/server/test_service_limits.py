@@ -154,9 +154,9 @@ def test_recently_edited_documents_join_the_prompt(loaded: tuple[LookaheadServic
     def prompt_tokens() -> int:
         service.open_document(uri, None, text)
         answer = service.complete(uri, None, text, len(text), "python", invoked=True).result(timeout=WAIT_S)
-        assert answer is not None and answer.source == "model" and service.last is not None
+        assert answer is not None and answer.source == "model" and service.last_completion is not None
         service.close_document(uri, None)  # its suggestion forgotten: the next one asks the model
-        return int(service.last["prompt_tokens"])
+        return int(service.last_completion["prompt_tokens"])
 
     alone = prompt_tokens()
     rates = "".join(f"RATE_{i} = {i} / 100\n" for i in range(60))

@@ -41,12 +41,12 @@ class Engine:
                 sampling=settings.sampling,
             )
         )
-        rt = self.runtime
-        self.tokenizer = rt.tokenizer
+        self.tokenizer = self.runtime.tokenizer
         self.prompts = PromptBuilder(self.tokenizer, self._bos(), self._fim_tokens())
         self._token_prefixes: TokenPrefixes | None = None
-        # The last request's text before the cursor and everything it generated.
-        self.last: tuple[str, str] | None = None
+        # The last request's text before the cursor and everything it generated: the
+        # "previous" draft source.
+        self.previous: tuple[str, str] | None = None
         self._cache_dir = settings.cache_dir or default_cache_dir()
         self._model_identity = calibration.model_identity(settings.model_path)
         self._machine = cost_model.machine_key(self.runtime)
@@ -147,7 +147,7 @@ class Engine:
             start = time.perf_counter()
         run = CompletionRun(self, request, options, caches, cancelled, start)
         result = run.execute()
-        self.last = (request.prefix, run.generated_text())
+        self.previous = (request.prefix, run.generated_text())
         self._save_now_and_then()
         return result
 
@@ -163,24 +163,24 @@ class Engine:
     def previous_continuation(self, prefix: str) -> str:
         """What the last completion predicted after `prefix`, when the user typed the beginning
         of it since: its remaining text (else "")."""
-        if self.last is None:
+        if self.previous is None:
             return ""
-        last_prefix, last_text = self.last
+        last_prefix, last_text = self.previous
         if not prefix.startswith(last_prefix):
             return ""
         typed = prefix[len(last_prefix) :]
         return last_text[len(typed) :] if last_text.startswith(typed) else ""
 
     def _bos(self) -> int | None:
-        rt = self.runtime
-        return rt.special_token(llama_cpp.llama_vocab_bos) if llama_cpp.llama_vocab_get_add_bos(rt.vocab) else None
+        runtime = self.runtime
+        return runtime.special_token(llama_cpp.llama_vocab_bos) if llama_cpp.llama_vocab_get_add_bos(runtime.vocab) else None
 
     def _fim_tokens(self) -> FimTokens | None:
-        rt = self.runtime
+        runtime = self.runtime
         pre, suf, mid = (
-            rt.special_token(llama_cpp.llama_vocab_fim_pre),
-            rt.special_token(llama_cpp.llama_vocab_fim_suf),
-            rt.special_token(llama_cpp.llama_vocab_fim_mid),
+            runtime.special_token(llama_cpp.llama_vocab_fim_pre),
+            runtime.special_token(llama_cpp.llama_vocab_fim_suf),
+            runtime.special_token(llama_cpp.llama_vocab_fim_mid),
         )
         if pre is None or suf is None or mid is None:
             return None
@@ -188,6 +188,6 @@ class Engine:
             pre,
             suf,
             mid,
-            rt.special_token(llama_cpp.llama_vocab_fim_rep),
-            rt.special_token(llama_cpp.llama_vocab_fim_sep),
+            runtime.special_token(llama_cpp.llama_vocab_fim_rep),
+            runtime.special_token(llama_cpp.llama_vocab_fim_sep),
         )
