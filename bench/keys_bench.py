@@ -1,19 +1,22 @@
 """Warm one-line latency through the LSP when the user types what the model did not suggest
 (issue 10, item 5).
 
-A real LSP client starts `lookahead-lsp serve` (default model unless --model; `debounceMs` 0,
-`draft` as --draft) on held-out mid-line prefixes drawn per language as bench/decode_bench.py
-draws them (Python from the running interpreter, JavaScript from the extension's node_modules,
-C from linux-source). For each prefix: the file's folder's other files are the workspace, the
-document is the file cut at the cursor, one completion warms the model's KV cache, then the
-user types the file's next --keys characters one at a time, each followed by an inline
-completion request that is awaited before the next key. A key that continues what the daemon
-suggested is answered from the suggestion cache and does not count: the figures are the answer
-times of the requests the model computed (read from `lookahead/status`: the cache's counter and
-the last completion's statistics), p50 and p95 per language and over all, with where the time
-went (prompt, passes) and how many tokens those completions had.
+Real LSP clients start one `lookahead-lsp serve` per draft mode of --drafts (default model
+unless --model; `debounceMs` 0), all at once, on held-out mid-line prefixes drawn per language
+as bench/decode_bench.py draws them (Python from the running interpreter, JavaScript from the
+extension's node_modules, C from linux-source). For each prefix: the file's folder's other files
+are the workspace, the document is the file cut at the cursor, one completion warms the model's
+KV cache, then the user types the file's next --keys characters one at a time (up to the line's
+end), each followed by an inline completion request that is awaited before the next key. The
+daemons take turns per prefix (order rotated), so they see the same keys under the same load.
+A key that continues what the daemon suggested is answered from the suggestion cache and does
+not count: the figures are the answer times of the requests the model computed (read from
+`lookahead/status`: the cache's counter and the last completion's statistics), p50 and p95 per
+mode and language, with where the time went (prompt, passes) and how many tokens those
+completions had; and over the keys that every mode computed, the median per-key ratio of the
+last mode's answer time to the first's.
 
-    .venv/bin/python bench/keys_bench.py [--prefixes 4] [--keys 8] [--draft auto|none] [--json FILE]
+    .venv/bin/python bench/keys_bench.py [--prefixes 8] [--keys 12] [--drafts auto,none] [--json FILE]
 """
 
 from __future__ import annotations
@@ -74,38 +77,49 @@ def _position(text: str) -> types.Position:
     return types.Position(line=line, character=len(last.encode("utf-16-le")) // 2)
 
 
-async def _status(client: LanguageClient) -> Any:
-    return await client.protocol.send_request_async("lookahead/status", None)
+class Daemon:
+    """One `lookahead-lsp serve` with its client, for one draft mode."""
 
+    def __init__(self, draft: str) -> None:
+        self.draft = draft
+        self.client = LanguageClient(f"keys-bench-{draft}", "1")
+        self.result = Run()
 
-async def run(tasks: list[Task], keys: int, model: Path | None, draft: str, work: Path) -> Run:
-    client = LanguageClient("keys-bench", "1")
-    args = ["-m", "lookahead_lsp", "serve", "--cache-dir", str(work / "cache")]
-    if model is not None:
-        args += ["--model", str(model)]
-    await client.start_io(sys.executable, *args)
-    folders = [_workspace(task, work / "folders") for task in tasks]
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(
-                text_document=types.TextDocumentClientCapabilities(inline_completion=types.InlineCompletionClientCapabilities()),
-                window=types.WindowClientCapabilities(work_done_progress=False),
-            ),
-            workspace_folders=[types.WorkspaceFolder(uri=f.as_uri(), name=f.name) for f, _ in folders],
-            initialization_options={"debounceMs": 0, "draft": draft},
+    async def start(self, folders: list[Path], model: Path | None, cache: Path) -> None:
+        args = ["-m", "lookahead_lsp", "serve", "--cache-dir", str(cache)]
+        if model is not None:
+            args += ["--model", str(model)]
+        await self.client.start_io(sys.executable, *args)
+        await self.client.initialize_async(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(
+                    text_document=types.TextDocumentClientCapabilities(inline_completion=types.InlineCompletionClientCapabilities()),
+                    window=types.WindowClientCapabilities(work_done_progress=False),
+                ),
+                workspace_folders=[types.WorkspaceFolder(uri=f.as_uri(), name=f.name) for f in folders],
+                initialization_options={"debounceMs": 0, "draft": self.draft},
+            )
         )
-    )
-    client.initialized(types.InitializedParams())
-    while True:
-        status = await _status(client)
-        if status.model_state != "loading" and status.index.state == "ready" and status.model_state != "error":
-            break
-        await asyncio.sleep(0.2)
-    result = Run()
+        self.client.initialized(types.InitializedParams())
+        while True:
+            status = await self._status()
+            if status.model_state == "error":
+                raise SystemExit(f"the daemon could not load the model: {status.model_error}")
+            if status.model_state != "loading" and status.index.state == "ready":
+                return
+            await asyncio.sleep(0.2)
 
-    async def ask(uri: str, text: str) -> float:
+    async def stop(self) -> None:
+        await self.client.shutdown_async(None)
+        self.client.exit(None)
+        await self.client.stop()  # type: ignore[no-untyped-call]
+
+    async def _status(self) -> Any:
+        return await self.client.protocol.send_request_async("lookahead/status", None)
+
+    async def _ask(self, uri: str, text: str) -> float:
         start = time.perf_counter()
-        await client.text_document_inline_completion_async(
+        await self.client.text_document_inline_completion_async(
             types.InlineCompletionParams(
                 text_document=types.TextDocumentIdentifier(uri=uri),
                 position=_position(text),
@@ -114,16 +128,19 @@ async def run(tasks: list[Task], keys: int, model: Path | None, draft: str, work
         )
         return (time.perf_counter() - start) * 1000
 
-    for task, (_, document) in zip(tasks, folders):
-        uri = document.as_uri()
-        text = task.text[: task.cursor]
+    async def type_keys(self, task: Task, document: Path, keys: int) -> list[Sample | None]:
+        """One prefix: the warming request, then a key at a time; per key its Sample, or None
+        when the suggestion cache answered it."""
+        uri, text = document.as_uri(), task.text[: task.cursor]
+        client = self.client
         client.text_document_did_open(
             types.DidOpenTextDocumentParams(
                 text_document=types.TextDocumentItem(uri=uri, language_id=task.language, version=1, text=text)
             )
         )
-        result.warmups_ms.append(await ask(uri, text))
-        cached = (await _status(client)).completions.from_cache
+        self.result.warmups_ms.append(await self._ask(uri, text))
+        cached = (await self._status()).completions.from_cache
+        samples: list[Sample | None] = []
         for version, char in enumerate(task.text[task.cursor : task.cursor + keys], start=2):
             if char == "\n":
                 break  # the line is done: a one-line measure
@@ -136,21 +153,39 @@ async def run(tasks: list[Task], keys: int, model: Path | None, draft: str, work
             )
             text += char
             await asyncio.sleep(0.05)  # a fast typist's gap: the edit is applied before the request
-            ms = await ask(uri, text)
-            status = await _status(client)
+            ms = await self._ask(uri, text)
+            status = await self._status()
             if status.completions.from_cache != cached:
                 cached = status.completions.from_cache
-                result.from_cache += 1
+                self.result.from_cache += 1
+                samples.append(None)
                 continue
             last = status.last
-            result.computed.append(
-                Sample(task.language, ms, last.tokens, last.passes, last.ms_prompt, last.ms_total, last.stop_reason)
-            )
+            sample = Sample(task.language, ms, last.tokens, last.passes, last.ms_prompt, last.ms_total, last.stop_reason)
+            self.result.computed.append(sample)
+            samples.append(sample)
         client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
-    return result
+        return samples
+
+
+async def run(tasks: list[Task], keys: int, model: Path | None, drafts: list[str], work: Path) -> tuple[list[Daemon], list[float]]:
+    """The daemons after typing every prefix, and per key that every mode computed the ratio
+    of the last mode's answer time to the first's."""
+    folders = [_workspace(task, work / "folders") for task in tasks]
+    daemons = [Daemon(draft) for draft in drafts]
+    for i, daemon in enumerate(daemons):
+        await daemon.start([f for f, _ in folders], model, work / f"cache-{i}")
+    ratios: list[float] = []
+    try:
+        for n, (task, (_, document)) in enumerate(zip(tasks, folders)):
+            order = daemons[n % len(daemons) :] + daemons[: n % len(daemons)]
+            by_mode = {d.draft: await d.type_keys(task, document, keys) for d in order}
+            first, last = by_mode[drafts[0]], by_mode[drafts[-1]]
+            ratios += [b.ms / a.ms for a, b in zip(first, last) if a is not None and b is not None]
+    finally:
+        for daemon in daemons:
+            await daemon.stop()
+    return daemons, ratios
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -178,10 +213,10 @@ def summary(samples: list[Sample]) -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--languages", type=lambda s: s.split(","), default=list(LANGUAGES))
-    parser.add_argument("--prefixes", type=int, default=4, help="mid-line prefixes per language")
-    parser.add_argument("--keys", type=int, default=8, help="characters typed after each prefix")
+    parser.add_argument("--prefixes", type=int, default=8, help="mid-line prefixes per language")
+    parser.add_argument("--keys", type=int, default=12, help="characters typed after each prefix")
     parser.add_argument("--seed", type=int, default=3, help="decode_bench's default seed drew its tasks; this draws others")
-    parser.add_argument("--draft", default="auto")
+    parser.add_argument("--drafts", type=lambda s: s.split(","), default=["auto", "none"])
     parser.add_argument("--model", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -190,16 +225,20 @@ def main() -> int:
         drawn = pick_tasks(LANGUAGES[name], corpus_root(name), 2 * args.prefixes, args.seed)
         tasks += [t for t in drawn if t.kind == "mid-line"]
     with tempfile.TemporaryDirectory(prefix="keys-bench-") as work:
-        result = asyncio.run(run(tasks, args.keys, args.model, args.draft, Path(work)))
-    out: dict[str, object] = {
-        "arguments": {k: str(v) for k, v in vars(args).items()},
-        "prefixes": len(tasks),
-        "from_cache": result.from_cache,
-        "first_request_p50_ms": round(statistics.median(result.warmups_ms), 1) if result.warmups_ms else None,
-        "all": summary(result.computed),
-    }
-    for name in args.languages:
-        out[name] = summary([s for s in result.computed if s.language == name])
+        daemons, ratios = asyncio.run(run(tasks, args.keys, args.model, args.drafts, Path(work)))
+    out: dict[str, object] = {"arguments": {k: str(v) for k, v in vars(args).items()}, "prefixes": len(tasks)}
+    for daemon in daemons:
+        result = daemon.result
+        per_mode: dict[str, object] = {
+            "from_cache": result.from_cache,
+            "first_request_p50_ms": round(statistics.median(result.warmups_ms), 1) if result.warmups_ms else None,
+            "all": summary(result.computed),
+        }
+        for name in args.languages:
+            per_mode[name] = summary([s for s in result.computed if s.language == name])
+        out[daemon.draft] = per_mode
+    if len(daemons) > 1 and ratios:
+        out[f"{args.drafts[-1]}_ms_over_{args.drafts[0]}_ms"] = {"keys": len(ratios), "median": round(statistics.median(ratios), 3)}
     print(json.dumps(out, indent=1))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
