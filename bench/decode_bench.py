@@ -56,6 +56,7 @@ from lookahead_lsp.engine.calibration import model_identity
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.policy import AcceptanceModel, AutoPolicy, SpeculationGuard
 from lookahead_lsp.engine.prompt import stable_prefix_start
+from lookahead_lsp.engine.runtime import SAMPLING_MODES
 from lookahead_lsp.engine.replay import ReplayResult, ReplayTask, acceptance_counts, replay
 from lookahead_lsp.models import resolve_model_path
 from lookahead_lsp.tokenizer import TokenArray, tokenize_file_text
@@ -272,11 +273,11 @@ def warm_latency(engine: Engine, task: Task, workspaces: Workspaces) -> float:
     return engine.complete(CompletionRequest(typed, "", task.path.name), options, caches).stats.ms_total
 
 
-def cold_sample(task: Task, model: Path, cache_dir: Path, max_tokens: int, threads: int | None) -> float:
+def cold_sample(task: Task, model: Path, cache_dir: Path, args: argparse.Namespace) -> float:
     """auto's tokens/s on `task` as the first request of a fresh process."""
     spec = {
         "language": task.language, "path": str(task.path), "cursor": task.cursor, "model": str(model),
-        "cache_dir": str(cache_dir), "max_tokens": max_tokens, "threads": threads,
+        "cache_dir": str(cache_dir), "max_tokens": args.max_tokens, "threads": args.threads, "sampling": args.sampling,
     }
     done = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--cold-task", json.dumps(spec)],
@@ -292,7 +293,9 @@ def run_cold_task(spec_text: str) -> int:
     path = Path(spec["path"])
     task = Task(spec["language"], path, int(spec["cursor"]), "cold", path.read_text(errors="replace"))
     model, cache_dir = Path(spec["model"]), Path(spec["cache_dir"])
-    settings = EngineSettings(model, n_ctx=4096, n_threads=spec["threads"], cache_dir=cache_dir)
+    settings = EngineSettings(
+        model, n_ctx=4096, n_threads=spec["threads"], cache_dir=cache_dir, sampling=spec.get("sampling", "auto")
+    )
     engine = Engine(settings)
     try:
         caches = DraftCaches(workspace=Workspaces(engine).cache_for(task))
@@ -455,7 +458,7 @@ def print_table(model: str, summaries: dict[str, dict[str, object]], modes: tupl
 
 def live(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Path) -> dict[str, object]:
     modes = tuple(args.modes)
-    engine = Engine(EngineSettings(model, n_ctx=4096, n_threads=args.threads, cache_dir=cache_dir))
+    engine = Engine(EngineSettings(model, n_ctx=4096, n_threads=args.threads, cache_dir=cache_dir, sampling=args.sampling))
     seed = engine.policy.cost.seed
     print("seed pass cost (x one position):", ", ".join(f"{s}: {seed.relative(s):.2f}" for s in seed.sizes))
     workspaces = Workspaces(engine)
@@ -483,7 +486,7 @@ def live(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Pa
     engine.close()  # saves the calibration the cold processes start from
     if args.cold:
         for task, result in zip(tasks, results):
-            result.cold_auto_tokens_per_s = cold_sample(task, model, cache_dir, args.max_tokens, args.threads)
+            result.cold_auto_tokens_per_s = cold_sample(task, model, cache_dir, args)
             cold = result.cold_auto_tokens_per_s / result.tokens_per_s["auto"]
             print(f"cold {task.name[:58]:58} {cold:.2f}x of warm", flush=True)
     summaries = {
@@ -502,7 +505,7 @@ def live(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Pa
 
 
 def replay_only(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Path) -> dict[str, object]:
-    engine = Engine(EngineSettings(model, n_ctx=4096, n_threads=args.threads, cache_dir=cache_dir))
+    engine = Engine(EngineSettings(model, n_ctx=4096, n_threads=args.threads, cache_dir=cache_dir, sampling=args.sampling))
     truths = TruthCache(args.truth or default_cache_dir() / "bench-truth.json", model, args.max_tokens)
     workspaces = Workspaces(engine)
     replay_tasks: list[ReplayTask] = []
@@ -573,6 +576,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--sampling", choices=SAMPLING_MODES, default="auto", help="where the argmax is taken (engine setting)")
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["none", "lookup", "auto"])
     parser.add_argument("--no-cold", dest="cold", action="store_false", help="skip the fresh-process samples")
     parser.add_argument("--no-latency", dest="latency", action="store_false", help="skip the warm one-line latency")

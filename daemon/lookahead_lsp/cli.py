@@ -7,6 +7,7 @@ import sys
 from typing import Callable, Sequence
 
 from lookahead_lsp import __version__
+from lookahead_lsp.engine.runtime import SAMPLING_MODES
 
 
 def _build_cache(args: argparse.Namespace) -> int:
@@ -150,6 +151,10 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument(
         "--gpu-layers", type=int, default=-1, metavar="N", help="layers on the GPU, GPU builds only (-1: all)"
     )
+    comp.add_argument(
+        "--sampling", choices=SAMPLING_MODES, default="auto",
+        help="where each verified position's argmax is taken (auto: on a GPU, in the backend; on a CPU, on the host)",
+    )  # fmt: skip
     comp.add_argument("--json", action="store_true", help="print one JSON object: completion and stats")
     comp.set_defaults(run=_complete)
 

@@ -72,7 +72,7 @@ def complete(args: argparse.Namespace) -> int:
         raise UserError(str(error)) from error
     model_path = resolve_model_path(args.model)
     engine = Engine(
-        EngineSettings(model_path, n_ctx=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
+        EngineSettings(model_path, n_ctx=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.gpu_layers, sampling=args.sampling)
     )
     try:
         caches = _caches(engine, args)

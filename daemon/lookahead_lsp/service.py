@@ -98,7 +98,7 @@ class LookaheadService:
             # A suggestion made under other settings (draft, maxTokens, multiline, the model...)
             # must not come back from the cache as if made under these.
             self.suggestions.clear()
-        model_keys = {"model_path", "context_size", "threads", "gpu_layers"}
+        model_keys = {"model_path", "context_size", "threads", "gpu_layers", "sampling"}
         if self._loader is not None and update.changed & model_keys:
             self.start_model()
         self.workspace.configure(self._folder_settings())
@@ -126,7 +126,7 @@ class LookaheadService:
         s = self.settings
         try:
             path = resolve_model_path(None, s.model_path, asker="editor")
-            engine = Engine(EngineSettings(path, s.context_size, s.threads, s.gpu_layers, self.cache_dir))
+            engine = Engine(EngineSettings(path, s.context_size, s.threads, s.gpu_layers, self.cache_dir, s.sampling))
             _ = engine.cost_model  # measured once per machine; a few seconds the first time
             _ = engine.token_prefixes  # for token healing; built here, not in the first request
         except (UserError, OSError, ValueError) as error:

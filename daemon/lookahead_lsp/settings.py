@@ -33,6 +33,11 @@ DRAFT_MODE_DESCRIPTIONS: dict[str, str] = {
     "lookup": "Token trees from the document, workspace and static caches.",
     "lookahead": "Lookup plus a Jacobi lookahead window.",
 }
+SAMPLING_DESCRIPTIONS: dict[str, str] = {
+    "auto": "On the device that runs the model when it is a GPU; on the host on a CPU, where it is faster.",
+    "backend": "In llama.cpp's graph: only the chosen token comes back from the device.",
+    "host": "Every output row comes back and its argmax is taken on the host.",
+}
 MULTILINE_DESCRIPTIONS: dict[str, str] = {
     "auto": "Several lines from a blank line, or when the model breaks the line after code (as after `def f():`); one line inside code.",
     "always": "Several lines anywhere: a completion goes on at the indentation of the cursor's line until a blank line or a line indented less.",
@@ -91,6 +96,9 @@ class Settings:
         scope=MACHINE_OVERRIDABLE,
         minimum=-1,
         maximum=1000,
+    )
+    sampling: str = _setting(
+        "auto", "Where the argmax of each verified position is taken.", scope=MACHINE_OVERRIDABLE, choices=SAMPLING_DESCRIPTIONS
     )
     debounce_ms: int = _setting(
         30,

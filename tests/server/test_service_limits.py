@@ -57,6 +57,21 @@ def _tokens(service: LookaheadService) -> int:
     return int(service.status()["index"]["tokens"])
 
 
+def test_the_sampling_setting_reloads_the_model_with_the_argmax_where_the_user_asked() -> None:
+    service = LookaheadService(RecordingClient(), CACHE)
+    try:
+        service.configure({"sampling": "backend"})
+        service.start_model()
+        _until(lambda: service.status()["model_state"] != "loading")
+        assert (service.status()["model_state"], service.status()["sampling"]) == ("ready", "backend")
+        service.configure({"sampling": "host"})
+        _until(lambda: service.status()["model_state"] == "ready" and service.status()["sampling"] == "host")
+        service.configure({"sampling": "sideways"})  # refused in one line; the model stays as it is
+        assert (service.status()["model_state"], service.status()["sampling"]) == ("ready", "host")
+    finally:
+        service.shutdown()
+
+
 def test_documents_above_the_cap_are_neither_completed_nor_indexed(
     loaded: tuple[LookaheadService, RecordingClient], tmp_path: Path
 ) -> None:

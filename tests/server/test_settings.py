@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_lsp.engine import DRAFT_MODES
+from lookahead_lsp.engine.runtime import SAMPLING_MODES
 from lookahead_lsp.engine.stopping import MULTILINE_MODES
 from lookahead_lsp.settings import SCHEMA, Settings, apply_update, package_properties, update_package_json
 
@@ -53,6 +54,7 @@ def test_schema_defaults_and_choices_match_the_daemon() -> None:
         assert setting.parse(setting.default) == getattr(defaults, setting.name), setting.key
     assert set(by_key["draft"].spec.choices or {}) == set(DRAFT_MODES)
     assert tuple(by_key["multiline"].spec.choices or {}) == MULTILINE_MODES
+    assert tuple(by_key["sampling"].spec.choices or {}) == SAMPLING_MODES
 
 
 def test_a_bad_value_is_refused_in_one_line_and_the_rest_applied() -> None:
