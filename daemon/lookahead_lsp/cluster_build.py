@@ -26,25 +26,21 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
 
 import numpy as np
 import numpy.typing as npt
-from distributed import Client, Future, LocalCluster, as_completed, get_worker
+from distributed import Client, Future, LocalCluster, as_completed
 
 from lookahead_lsp._lookup import StaticCacheBuilder
+from lookahead_lsp.cluster_progress import PROGRESS_TOPIC, ClusterProgress, ShardReporter
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.tokenizer import Tokenizer, tokenize_files
 
-_MB = 1e6
 # Partial results merged by one task: few enough that a merge holds little beyond its output,
 # enough that the tree stays shallow.
 MERGE_FAN_IN = 4
-# A worker reports a shard's progress at most this often.
-_REPORT_SECONDS = 0.5
-_TOPIC = "lookahead-lsp-build-cache"
 _CONNECT_SECONDS = 30.0
 
 
@@ -149,7 +145,7 @@ def count_shard(shard: Shard, model_path: str, fingerprint: int, build: str | No
                                    "repositories at the same paths as the client")  # fmt: skip
     tokenizer = _tokenizer_of_this_thread(model_path, fingerprint)
     builder = StaticCacheBuilder(tokenizer.n_vocab)
-    report = _Reporter(build, shard.index) if build is not None else None
+    report = ShardReporter(build, shard.index) if build is not None else None
     result = Counts(np.empty(0, np.uint64), np.empty(0, np.uint32))
     paths = [Path(p) for p in shard.paths]
     for _path, tokens, n_bytes in tokenize_files(Path(model_path), paths, 1, tokenizer):
@@ -204,81 +200,6 @@ def _tokenizer_of_this_thread(model_path: str, fingerprint: int) -> Tokenizer:
     if held.fingerprint != fingerprint:
         raise WorkerSetupError(f"a worker's {model_path} has another vocabulary than the client's")
     return held
-
-
-class _Reporter:
-    """Sends a shard's progress to the client (through the scheduler's event log) now and then."""
-
-    def __init__(self, build: str, shard: int) -> None:
-        self._build = build
-        self._shard = shard
-        self._files = 0
-        self._bytes = 0
-        self._tokens = 0
-        self._last = time.monotonic()
-
-    def file_done(self, n_bytes: int, tokens: int) -> None:
-        self._files += 1
-        self._bytes += n_bytes
-        self._tokens = tokens
-        if time.monotonic() - self._last >= _REPORT_SECONDS:
-            self.send()
-
-    def send(self) -> None:
-        self._last = time.monotonic()
-        message = {"build": self._build, "shard": self._shard, "files": self._files,
-                   "bytes": self._bytes, "tokens": self._tokens}  # fmt: skip
-        get_worker().log_event(_TOPIC, message)
-
-
-@dataclass
-class _ClusterProgress:
-    """The cluster's progress from the workers' reports, drawn on a terminal. A shard retried
-    after a lost worker starts again from zero; the furthest report of each shard counts."""
-
-    build: str
-    workers: int
-    total_files: int
-    total_bytes: int
-    stream: TextIO
-    started: float = field(default_factory=time.monotonic)
-    _shards: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    _width: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def on_event(self, event: tuple[float, Any]) -> None:
-        """A subscriber of the event topic: called on the client's event loop thread."""
-        message = event[1]
-        if not isinstance(message, dict) or message.get("build") != self.build:
-            return
-        try:
-            shard = int(message["shard"])
-            seen = (int(message["files"]), int(message["bytes"]), int(message["tokens"]))
-        except (KeyError, TypeError, ValueError):
-            return
-        with self._lock:
-            self._shards[shard] = max(self._shards.get(shard, seen), seen)
-            self._draw()
-
-    def _draw(self) -> None:
-        files = sum(s[0] for s in self._shards.values())
-        n_bytes = sum(s[1] for s in self._shards.values())
-        tokens = sum(s[2] for s in self._shards.values())
-        seconds = max(time.monotonic() - self.started, 1e-9)
-        line = (
-            f"{files}/{self.total_files} files  {n_bytes / _MB:.1f}/{self.total_bytes / _MB:.1f} MB"
-            f"  {tokens / seconds:,.0f} tokens/s on {self.workers} workers"
-        )
-        self._width = max(self._width, len(line))
-        self.stream.write("\r" + line.ljust(self._width))
-        self.stream.flush()
-
-    def clear(self) -> None:
-        with self._lock:
-            if self._width:
-                self.stream.write("\r" + " " * self._width + "\r")
-                self.stream.flush()
-            self._width = 0
 
 
 def count_on_cluster(
@@ -348,19 +269,19 @@ def _count(
     stats = ClusterStats(workers=len(workers), shards=len(shards))
     build = uuid.uuid4().hex
     progress = (
-        _ClusterProgress(build, len(workers), len(files), total_bytes, sys.stderr)
+        ClusterProgress(build, len(workers), len(files), total_bytes, sys.stderr)
         if sys.stderr.isatty()
         else None
     )
     if progress is not None:
-        client.subscribe_topic(_TOPIC, progress.on_event)
+        client.subscribe_topic(PROGRESS_TOPIC, progress.on_event)
     try:
         merged = _count_and_merge(
             client, shards, model_path, tokenizer, build, progress is not None, stats
         )
     finally:
         if progress is not None:
-            client.unsubscribe_topic(_TOPIC)
+            client.unsubscribe_topic(PROGRESS_TOPIC)
             progress.clear()
     return merged, stats
 
