@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Iterator
 
@@ -9,6 +10,14 @@ import pytest
 
 from lookahead_lsp.models import resolve_model_path
 from lookahead_lsp.tokenizer import Tokenizer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A run started in the background by a non-interactive shell inherits SIGINT ignored, and
+    # so would every command the tests start: the Ctrl-C tests need it delivered, as a
+    # terminal delivers it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,11 @@ The thread indexes the folder once, starts the watcher, then applies the editor'
 editor's text enters through a queue that keeps the latest text per path (None: the document
 was closed, back to the disk's content): recording it is all the caller's thread does, so a
 keystroke costs nothing there whatever the file's size; the thread tokenizes each document once
-per batch, `debounce_s` after the batch's first change. Completions carry their document's text
-themselves, so only the index lags, by about the debounce."""
+per batch, `debounce_s` after the batch's first change. A document is tokenized whole, so in a
+large one a batch costs a good part of a second: the next batch then waits until the thread has
+spent at most EDITOR_INDEXING_SHARE of its time indexing, leaving the cores to the model while
+the user types. Completions carry their document's text themselves, so only the index lags, by
+about the debounce (longer in a large document)."""
 
 from __future__ import annotations
 
@@ -31,6 +34,9 @@ from lookahead_lsp.workspace.store import store_path_for
 from lookahead_lsp.workspace.watcher import EventKind, WatcherStatus, WorkspaceWatcher
 
 STATIC_CACHE_NAME = Path(".lookahead") / "static.cache"
+# The most of the folder thread's time that re-tokenizing the editor's documents may take while
+# the user types: the rest of the cores is the model's.
+EDITOR_INDEXING_SHARE = 0.25
 
 
 class FolderClient(Protocol):
@@ -98,6 +104,7 @@ class WorkspaceFolder:
         self._condition = threading.Condition()
         self._edits: dict[Path, str | None] = {}
         self._batch_started: float | None = None
+        self._next_batch_at = 0.0  # the share's bound, from the last batch's cost
         self._stopping = False
         # The repository cache is (re)opened off the event loop (verify reads it all) before
         # indexing or the next completion needs it: at first, after a settings change, when
@@ -183,7 +190,10 @@ class WorkspaceFolder:
             self._indexed.set()
             self._client.status_changed()  # indexed, and the watcher started
         while (edits := self._next_edits()) is not None:
+            started = time.monotonic()
             self._apply(edits)
+            ended = time.monotonic()
+            self._next_batch_at = ended + (ended - started) * (1 / EDITOR_INDEXING_SHARE - 1)
 
     def _index_once(self) -> None:
         token = f"lookahead-index-{id(self)}"
@@ -220,8 +230,8 @@ class WorkspaceFolder:
         with self._condition:
             self._condition.wait_for(lambda: self._stopping or self._batch_started is not None)
             if self._batch_started is not None and not self._stopping:
-                remaining = self._batch_started + self._settings.debounce_s - time.monotonic()
-                self._condition.wait_for(lambda: self._stopping, timeout=max(remaining, 0.0))
+                start = max(self._batch_started + self._settings.debounce_s, self._next_batch_at)
+                self._condition.wait_for(lambda: self._stopping, timeout=max(start - time.monotonic(), 0.0))
             if self._stopping:
                 return None
             edits, self._edits, self._batch_started = self._edits, {}, None
