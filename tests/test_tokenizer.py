@@ -8,16 +8,17 @@ import signal
 import struct
 import threading
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp.tokenizer import (
     Tokenizer,
     split_at_lines,
+    tokenize_edited_text,
     tokenize_file_text,
     tokenize_files,
 )
@@ -276,3 +277,35 @@ def _skip_value(file: BinaryIO, value_type: int) -> None:
                 _skip_value(file, element_type)
     else:
         file.seek(struct.calcsize("<" + _GGUF_SCALARS[value_type]), 1)
+
+
+_BIG = "".join(f"    value_{i} = compute(items[{i}], total) + {i}  # line {i}\n" for i in range(1200)).encode()
+
+
+@settings(max_examples=20, deadline=None)
+@given(at=st.integers(0, len(_BIG)), cut=st.integers(0, 300), typed=st.binary(max_size=40))
+def test_an_edited_text_is_tokenized_as_the_whole_file(tokenizer: Tokenizer, at: int, cut: int, typed: bytes) -> None:
+    _, known = tokenize_edited_text(tokenizer, _BIG, {})
+    edited = _BIG[:at] + typed + _BIG[at + cut :]
+    tokens, pieces = tokenize_edited_text(tokenizer, edited, known)
+    assert tokens.tolist() == tokenize_file_text(tokenizer, edited).tolist()
+    assert list(pieces) == list(dict.fromkeys(split_at_lines(edited)))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda t: t[:30_000] + b"x" + t[30_000:],  # a key in the middle
+        lambda t: t[12:],  # the start of the first line deleted
+        lambda t: t[:20_000] + t[20_500:],  # ten lines deleted
+        lambda t: t + b"def last():\n    pass\n",  # lines appended
+        lambda t: b"import os\n" + t,  # a line inserted at the top
+    ],
+)
+def test_an_edit_tokenizes_only_the_pieces_around_it(tokenizer: Tokenizer, edit: Callable[[bytes], bytes]) -> None:
+    _, known = tokenize_edited_text(tokenizer, _BIG, {})
+    assert len(known) >= 4
+    _, pieces = tokenize_edited_text(tokenizer, edit(_BIG), known)
+    reused = [piece for piece in pieces if piece in known]
+    assert len(reused) >= len(known) - 2
+    assert all(pieces[piece] is known[piece] for piece in reused)  # not tokenized again

@@ -11,10 +11,11 @@ import signal
 import struct
 import threading
 import time
+import zlib
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from types import TracebackType
-from typing import Generator, Iterable, Iterator
+from typing import Generator, Iterable, Iterator, Mapping
 
 import llama_cpp
 import numpy as np
@@ -174,11 +175,18 @@ class Tokenizer:
 
 def split_at_lines(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[bytes]:
     """data cut after line ends into pieces of at most piece_bytes; a single line longer than
-    that is a piece of its own. The pieces join back to data; empty data has no pieces."""
+    that is a piece of its own. The pieces join back to data; empty data has no pieces.
+
+    Where a piece ends is chosen by the text around the cut, not by where the piece began: the
+    line, among those ending in the piece's second half, whose bytes hash highest. An edit then
+    moves only the cuts near it, and the pieces before and after it stay the same bytes, which
+    tokenize_edited_text relies on."""
     pieces = []
     start = 0
     while len(data) - start > piece_bytes:
-        cut = data.rfind(b"\n", start, start + piece_bytes)
+        cut = _marked_line_end(data, start + piece_bytes // 2, start + piece_bytes)
+        if cut < 0:
+            cut = data.rfind(b"\n", start, start + piece_bytes)
         if cut < 0:
             cut = data.find(b"\n", start + piece_bytes)
             if cut < 0:
@@ -188,6 +196,21 @@ def split_at_lines(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[bytes]:
     if start < len(data):
         pieces.append(data[start:])
     return pieces
+
+
+def _marked_line_end(data: bytes, low: int, high: int) -> int:
+    """The newline ending the line, among those ending in [low, high), whose bytes hash highest
+    (the first such on a tie); -1 when no line ends there."""
+    best, best_hash = -1, -1
+    line_start = data.rfind(b"\n", 0, low) + 1
+    end = data.find(b"\n", low, high)
+    while end >= 0:
+        line_hash = zlib.crc32(data[line_start:end])
+        if line_hash > best_hash:
+            best, best_hash = end, line_hash
+        line_start = end + 1
+        end = data.find(b"\n", line_start, high)
+    return best
 
 
 def tokenize_file_text(
@@ -203,6 +226,29 @@ def tokenize_file_text(
     if not pieces:
         return np.empty(0, dtype=np.int32)
     return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def tokenize_edited_text(
+    tokenizer: Tokenizer, data: bytes, known: Mapping[bytes, TokenArray]
+) -> tuple[TokenArray, dict[bytes, TokenArray]]:
+    """tokenize_file_text's tokens of data, reusing those of the pieces in `known` (an earlier
+    version's pieces): a piece's tokens depend on its bytes alone, and an edit leaves the pieces
+    before it, and usually those after it, the same bytes, so a keystroke in a large document
+    tokenizes one piece or two. Also returns data's pieces with their tokens, the `known` of
+    the next version."""
+    pieces: dict[bytes, TokenArray] = {}
+    parts = []
+    for piece in split_at_lines(data):
+        tokens = pieces.get(piece)
+        if tokens is None:
+            tokens = known.get(piece)
+        if tokens is None:
+            tokens = tokenizer.tokenize(piece, add_special=False, parse_special=False)
+        pieces[piece] = tokens
+        parts.append(tokens)
+    if not parts:
+        return np.empty(0, dtype=np.int32), pieces
+    return (parts[0].copy() if len(parts) == 1 else np.concatenate(parts)), pieces
 
 
 def _read_and_tokenize(tokenizer: Tokenizer, path: Path) -> tuple[TokenArray | None, int]:

@@ -249,6 +249,31 @@ def test_cancelling_keeps_what_was_done(root: Path, tokenizer: Tokenizer) -> Non
     assert index.cache == expected_cache(tokenizer, SOURCES)
 
 
+def test_typing_in_a_large_open_document_indexes_exactly_its_text(root: Path, tokenizer: Tokenizer) -> None:
+    index = new_index(root, tokenizer)
+    index.index_folder()
+    texts = dict(SOURCES)
+    path = root / "pkg/big.py"
+    lines = [f"def handler_{i}(request, count={i}):\n    return request.total * count + {i}\n" for i in range(1500)]
+    text = "".join(lines)  # several tokenizer pieces
+    edits = [
+        lambda t: t[:30_000] + "x" + t[30_000:],  # a key in the middle
+        lambda t: t[:30_000] + t[30_001:],  # and its backspace
+        lambda t: t[t.index("\n") + 1 :],  # the first line deleted
+        lambda t: t + "def last():\n    pass\n",  # a function appended
+        lambda t: t.replace("request", "req"),  # everything changed
+    ]
+    index.open_document(path, text)
+    for edit in edits:
+        text = edit(text)
+        assert index.change_document(path, text) == "updated"
+        texts["pkg/big.py"] = text
+        assert index.cache == expected_cache(tokenizer, texts)
+    index.close_document(path)  # not on disk: gone from the index
+    del texts["pkg/big.py"]
+    assert index.cache == expected_cache(tokenizer, texts)
+
+
 def test_open_documents_override_the_disk(root: Path, tokenizer: Tokenizer) -> None:
     index = new_index(root, tokenizer)
     index.index_folder()

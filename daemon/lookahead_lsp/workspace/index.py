@@ -31,6 +31,7 @@ from lookahead_lsp.tokenizer import (
     POOL_MIN_BYTES,
     TokenArray,
     Tokenizer,
+    tokenize_edited_text,
     tokenize_file_text,
     tokenize_files,
 )
@@ -88,6 +89,9 @@ class WorkspaceIndex:
         self._scan_lock = threading.Lock()
         self._files = IndexedFiles(self.cache)
         self._state: State = "ready"
+        # Per open document, its last text's pieces and their tokens (tokenize_edited_text);
+        # guarded by the tokenizer lock, like every single-file update.
+        self._editor_pieces: dict[Path, dict[bytes, TokenArray]] = {}
 
     @property
     def root(self) -> Path | None:
@@ -155,7 +159,7 @@ class WorkspaceIndex:
             rules = self._require_rules()
             with self._lock:
                 known = key in self._files.records
-            return self._commit(key, rules.editor_content(key, _relative(rules.root, key), text, known))
+            return self._commit(key, rules.editor_content(key, _relative(rules.root, key), text, known), editor=True)
 
     def change_document(self, path: Path | str, text: str) -> Outcome:
         """As open_document: the editor text changed."""
@@ -169,6 +173,7 @@ class WorkspaceIndex:
         with self._tokenizer_lock:
             with self._lock:
                 self._files.open.discard(key)
+            self._editor_pieces.pop(key, None)
             return self._refresh(key)
 
     def excludes_folder(self, path: Path | str) -> bool:
@@ -330,10 +335,12 @@ class WorkspaceIndex:
         known = listed or record is not None
         return self._commit(key, rules.disk_content(key, _relative(rules.root, key), known))
 
-    def _commit(self, key: Path, content: Content | None) -> Outcome:
+    def _commit(self, key: Path, content: Content | None, editor: bool = False) -> Outcome:
         """Indexes content as the file's (None: removes the file); skips tokenizing when the
-        index holds the same bytes already."""
+        index holds the same bytes already. The editor's text reuses the tokens of the pieces
+        its last version shared."""
         if content is None:
+            self._editor_pieces.pop(key, None)
             with self._lock:
                 return "removed" if self._files.drop(key) else "ignored"
         digest = hashlib.blake2b(content.data, digest_size=DIGEST_BYTES).digest()
@@ -343,7 +350,11 @@ class WorkspaceIndex:
                 self._files.records[key] = replace(record, stamp=content.stamp)
                 self._files.claims.discard(key)
                 return "unchanged"
-        tokens = tokenize_file_text(self._require_tokenizer(), content.data)
+        if editor:
+            known = self._editor_pieces.get(key, {})
+            tokens, self._editor_pieces[key] = tokenize_edited_text(self._require_tokenizer(), content.data, known)
+        else:
+            tokens = tokenize_file_text(self._require_tokenizer(), content.data)
         with self._lock:
             self._files.put(key, FileRecord(tokens, content.stamp, digest))
         return "updated"
