@@ -330,7 +330,9 @@ def upstream_speeds(
             [
                 str(bin_dir / "llama-lookup"), "-m", str(model), "-f", prompt_file.name,
                 "-n", str(max_tokens), "--spec-draft-n-max", "3", "-t", str(threads), "--temp", "0",
-                "-c", "4096", "--ignore-eos",
+                # -b: the whole window in one batch (this llama.cpp aborts on a prompt longer
+                # than the batch, 2048 by default, as a C window of 1536 x 4 characters can be).
+                "-c", "4096", "-b", "4096", "--ignore-eos",
             ],
             capture_output=True, text=True, errors="replace", check=False,
         )
