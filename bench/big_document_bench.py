@@ -5,9 +5,9 @@ A real LSP client starts `lookahead-lsp serve` (default model, `debounceMs` 0) o
 Python workspace with one small document (--small-kb) and one large one (--big-kb, under the
 default `maxDocumentKb`), then in each document in turn types the same line, a key every
 --gap-ms, each key followed by an inline completion request that is awaited. The workspace
-index re-tokenizes a changed document whole, off the event loop; the folder thread spends at
-most a share of its time on it (workspace/folder.py), so in the large document the index lags
-instead of taking a core from the model.
+index re-tokenizes the pieces of a document an edit changed and replaces its n-grams, off the
+event loop; the folder thread spends at most a share of its time on it (workspace/folder.py),
+so in the large document the index lags instead of taking a core from the model.
 
 Reported per document: the daemon's CPU seconds per second of typing (utime + stime from /proc,
 Linux), and the p50 / p95 answer time of the requests (those the suggestion cache answered

@@ -223,9 +223,7 @@ def tokenize_file_text(
         tokenizer.tokenize(piece, add_special=add_special and i == 0, parse_special=parse_special)
         for i, piece in enumerate(split_at_lines(data))
     ]
-    if not pieces:
-        return np.empty(0, dtype=np.int32)
-    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+    return _joined(pieces)
 
 
 def tokenize_edited_text(
@@ -246,9 +244,13 @@ def tokenize_edited_text(
             tokens = tokenizer.tokenize(piece, add_special=False, parse_special=False)
         pieces[piece] = tokens
         parts.append(tokens)
+    return _joined(parts), pieces
+
+
+def _joined(parts: list[TokenArray]) -> TokenArray:
     if not parts:
-        return np.empty(0, dtype=np.int32), pieces
-    return (parts[0].copy() if len(parts) == 1 else np.concatenate(parts)), pieces
+        return np.empty(0, dtype=np.int32)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _read_and_tokenize(tokenizer: Tokenizer, path: Path) -> tuple[TokenArray | None, int]:

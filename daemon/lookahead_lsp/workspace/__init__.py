@@ -2,5 +2,5 @@
 gitignore.py's .gitignore rules and rules.py's one decision per file), the workspace cache of
 their n-grams (index.py, with indexed_files.py's bookkeeping and index_stats.py's reports) and
 its saved copy (store.py), the watcher that keeps it current (watcher.py, with folder_watches.py
-and inotify.py on Linux, tree_observer.py elsewhere), and the folder object that owns them all with its repository cache and thread
-(folder.py)."""
+and inotify.py on Linux, tree_observer.py elsewhere), and the folder object that owns them all
+with its repository cache and thread (folder.py)."""
