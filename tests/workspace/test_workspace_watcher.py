@@ -446,14 +446,18 @@ def test_reaching_the_watch_limit_later(
 
 
 _FLOOD = """
-import mmap, os, sys
+import mmap, os, sys, time
 root, count, flag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-for n in range(count):
-    os.close(os.open(os.path.join(root, f"f{n}.min.js"), os.O_CREAT | os.O_WRONLY, 0o644))
-with open(os.path.join(root, "missed.py"), "w") as last:
-    last.write("missed = True\\n")
-with open(flag, "r+b") as done:
-    mmap.mmap(done.fileno(), 1)[0] = 1
+with open(flag, "r+b") as file:
+    signal = mmap.mmap(file.fileno(), 1)
+    give_up = time.monotonic() + 120.0
+    while signal[0] != 1 and time.monotonic() < give_up:
+        time.sleep(0.001)
+    for n in range(count):
+        os.close(os.open(os.path.join(root, f"f{n}.min.js"), os.O_CREAT | os.O_WRONLY, 0o644))
+    with open(os.path.join(root, "missed.py"), "w") as last:
+        last.write("missed = True\\n")
+    signal[0] = 2
 """
 
 
@@ -474,15 +478,22 @@ def test_a_kernel_queue_overflow_leads_to_a_rescan(
     # (a long switch interval and a loop that never releases it), so that the watcher's
     # thread cannot read them: the kernel's queue overflows, and the last file's events are
     # lost. Each file makes two events; the files' names are generated ones, not indexed.
-    with open(flag, "r+b") as file, mmap.mmap(file.fileno(), 1) as done:
+    # The child starts only once this loop has held the lock for a while: a thread that was
+    # already waiting for it under the old, short interval may take it once, and the flood
+    # must not begin before this loop has it back.
+    with open(flag, "r+b") as file, mmap.mmap(file.fileno(), 1) as signal:
         child = subprocess.Popen(
             [sys.executable, "-c", _FLOOD, str(watched.root), str(queue_limit), str(flag)]
         )
         interval = sys.getswitchinterval()
         sys.setswitchinterval(600.0)
         try:
+            go = time.monotonic() + 0.2
+            while time.monotonic() < go:
+                pass
+            signal[0] = 1
             deadline = time.monotonic() + 120.0
-            while done[0] == 0 and time.monotonic() < deadline:
+            while signal[0] != 2 and time.monotonic() < deadline:
                 pass
         finally:
             sys.setswitchinterval(interval)
