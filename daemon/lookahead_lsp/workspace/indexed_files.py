@@ -8,7 +8,9 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from lookahead_lsp._lookup import NgramCache
+import numpy as np
+
+from lookahead_lsp._lookup import NGRAM_MAX, NgramCache
 from lookahead_lsp.tokenizer import TokenArray
 from lookahead_lsp.workspace.index_stats import IndexStats, Outcome
 from lookahead_lsp.workspace.rules import Stamp, stamp_of, trusted_stamp
@@ -32,17 +34,29 @@ class IndexedFiles:
 
     def put(self, key: Path, record: FileRecord) -> None:
         """The file's n-grams are now record's (its old ones removed)."""
-        # Added before the old tokens go: if the new ones are refused, nothing has changed.
-        self.cache.add(record.tokens)
         old = self.records.get(key)
+        # Added before the old tokens go: if the new ones are refused, nothing has changed.
         if old is None:
+            self.cache.add(record.tokens)
             self._count_folders(key, 1)
         else:
-            self.cache.remove(old.tokens)
+            self._replace(old.tokens, record.tokens)
             self.n_tokens -= len(old.tokens)
         self.records[key] = record
         self.n_tokens += len(record.tokens)
         self.claims.discard(key)
+
+    def _replace(self, old: TokenArray, new: TokenArray) -> None:
+        """Swaps old's n-grams for new's touching only those that differ: an edit changes a
+        few tokens of a file, and recounting all of a large one on every keystroke would take
+        the model's core. N-grams whose tokens lie wholly in the shared head or the shared tail
+        are the same in both; the others have their follower in the changed span or in the
+        NGRAM_MAX tokens after it."""
+        head, tail = _shared_ends(old, new)
+        for tokens, update in ((new, self.cache.add), (old, self.cache.remove)):
+            start = max(0, head - NGRAM_MAX)
+            end = min(len(tokens), len(tokens) - tail + NGRAM_MAX)
+            update(tokens[start:end], head - start)
 
     def drop(self, key: Path) -> bool:
         """Removes the file's n-grams; whether it was indexed."""
@@ -104,3 +118,15 @@ class IndexedFiles:
             self._folders[folder] += delta
             if self._folders[folder] <= 0:
                 del self._folders[folder]
+
+
+def _shared_ends(old: TokenArray, new: TokenArray) -> tuple[int, int]:
+    """How many tokens old and new share at their start, and then at their end (the two never
+    overlap in the shorter one)."""
+    n = min(len(old), len(new))
+    differ = np.flatnonzero(old[:n] != new[:n])
+    head = int(differ[0]) if differ.size else n
+    left = n - head
+    old_end, new_end = old[len(old) - left :], new[len(new) - left :]
+    differ = np.flatnonzero(old_end[::-1] != new_end[::-1])
+    return head, int(differ[0]) if differ.size else left
