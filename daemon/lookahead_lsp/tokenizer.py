@@ -11,7 +11,6 @@ import signal
 import struct
 import threading
 import time
-import zlib
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from types import TracebackType
@@ -36,6 +35,7 @@ PIECE_BYTES = 16384
 POOL_MIN_BYTES = 4_000_000
 
 _PARENT_POLL_SECONDS = 1.0
+_NEWLINE = 0x0A
 _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 class Tokenizer:
@@ -181,16 +181,22 @@ def split_at_lines(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[bytes]:
     line, among those ending in the piece's second half, whose bytes hash highest. An edit then
     moves only the cuts near it, and the pieces before and after it stay the same bytes, which
     tokenize_edited_text relies on."""
+    if len(data) <= piece_bytes:
+        return [data] if data else []
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == _NEWLINE)
+    marks = _line_marks(data, ends)
     pieces = []
     start = 0
     while len(data) - start > piece_bytes:
-        cut = _marked_line_end(data, start + piece_bytes // 2, start + piece_bytes)
-        if cut < 0:
-            cut = data.rfind(b"\n", start, start + piece_bytes)
-        if cut < 0:
-            cut = data.find(b"\n", start + piece_bytes)
-            if cut < 0:
-                break
+        low, high = np.searchsorted(ends, [start + piece_bytes // 2, start + piece_bytes])
+        if high > low:
+            cut = int(ends[low + int(np.argmax(marks[low:high]))])
+        elif high > 0 and ends[high - 1] >= start:
+            cut = int(ends[high - 1])  # no line ends in the second half: the piece's last one
+        elif high < len(ends):
+            cut = int(ends[high])  # a line longer than a piece
+        else:
+            break
         pieces.append(data[start : cut + 1])
         start = cut + 1
     if start < len(data):
@@ -198,19 +204,34 @@ def split_at_lines(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[bytes]:
     return pieces
 
 
-def _marked_line_end(data: bytes, low: int, high: int) -> int:
-    """The newline ending the line, among those ending in [low, high), whose bytes hash highest
-    (the first such on a tie); -1 when no line ends there."""
-    best, best_hash = -1, -1
-    line_start = data.rfind(b"\n", 0, low) + 1
-    end = data.find(b"\n", low, high)
-    while end >= 0:
-        line_hash = zlib.crc32(data[line_start:end])
-        if line_hash > best_hash:
-            best, best_hash = end, line_hash
-        line_start = end + 1
-        end = data.find(b"\n", line_start, high)
-    return best
+def _line_marks(data: bytes, ends: npt.NDArray[np.intp]) -> npt.NDArray[np.uint64]:
+    """A hash of each line's bytes, its newline included (ends: the newlines' offsets): the
+    sum of a weight per pair of adjacent bytes, then mixed, so that it is computed for all
+    lines at once and depends on the line alone."""
+    if len(ends) == 0:
+        return np.empty(0, dtype=np.uint64)
+    text = np.frombuffer(data, dtype=np.uint8, count=int(ends[-1]) + 1).astype(np.uint16)
+    pairs = np.empty_like(text)
+    pairs[0] = _NEWLINE << 8  # a line's first pair is (newline, first byte) wherever it sits
+    pairs[1:] = text[:-1] << 8
+    pairs |= text
+    sums = np.cumsum(_PAIR_WEIGHTS[pairs])[ends]  # uint64: wraps around, as wanted
+    sums[1:] -= sums[:-1].copy()
+    return _mixed(sums)
+
+
+def _mixed(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """SplitMix64's finalizer: every input bit moves every output bit."""
+    z: npt.NDArray[np.uint64] = values + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+# The line hash's weight of each pair of adjacent bytes. Fixed in effect: where pieces end
+# decides a few tokens at each cut, and so the bytes of every cache built.
+_PAIR_WEIGHTS = _mixed(np.arange(1 << 16, dtype=np.uint64))
 
 
 def tokenize_file_text(
