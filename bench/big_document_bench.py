@@ -5,13 +5,15 @@ A real LSP client starts `lookahead-lsp serve` (default model, `debounceMs` 0) o
 Python workspace with one small document (--small-kb) and one large one (--big-kb, under the
 default `maxDocumentKb`), then in each document in turn types the same line, a key every
 --gap-ms, each key followed by an inline completion request that is awaited. The workspace
-index re-tokenizes the pieces of a document an edit changed and replaces its n-grams, off the
-event loop; the folder thread spends at most a share of its time on it (workspace/folder.py),
-so in the large document the index lags instead of taking a core from the model.
+index re-tokenizes the pieces of a document an edit changed and recounts the n-grams of the
+changed span, off the event loop; the folder thread spends at most a share of its time on it
+(workspace/folder.py), so in a large document the index lags instead of taking a core from the
+model.
 
-Reported per document: the daemon's CPU seconds per second of typing (utime + stime from /proc,
-Linux), and the p50 / p95 answer time of the requests (those the suggestion cache answered
-counted apart).
+Reported per document: what indexing the editor's text costs per key (measured in this
+process, the daemon's code on the same text), the daemon's CPU seconds per second of typing
+(utime + stime from /proc, Linux), and the p50 / p95 answer time of the requests (those the
+suggestion cache answered counted apart).
 
     .venv/bin/python bench/big_document_bench.py [--big-kb 900] [--small-kb 20] [--keys 60]
 """
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import statistics
@@ -30,12 +31,34 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flood_bench import python_file
+from lsp_client import Daemon, write_report
 from lsprotocol import types
-from pygls.lsp.client import LanguageClient
 
-from flood_bench import _python_file
+from lookahead_lsp.models import resolve_model_path
+from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.workspace.index import WorkspaceIndex
 
 _LINE = "    result = compute_total(items, price, count) + adjust(order.value, cart.line)\n"
+
+
+def index_cost_ms(text: str, keys: int = 20) -> float:
+    """What indexing the editor's text costs per key in this document, in this process: the
+    p50 of WorkspaceIndex.change_document after a key typed in its middle."""
+    with tempfile.TemporaryDirectory() as folder, Tokenizer(resolve_model_path(None)) as tokenizer:
+        root = Path(folder)
+        index = WorkspaceIndex(tokenizer.n_vocab, root=root, tokenizer=tokenizer)
+        index.index_folder()
+        path = root / "document.py"
+        index.open_document(path, text)
+        spent = []
+        for key in range(keys):
+            at = len(text) // 2 + key
+            text = text[:at] + "x" + text[at:]
+            started = time.perf_counter()
+            index.change_document(path, text)
+            spent.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(spent), 1)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -43,51 +66,33 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-async def _status(client: LanguageClient) -> Any:
-    return await client.protocol.send_request_async("lookahead/status", None)
-
-
-async def type_line(client: LanguageClient, pid: int, path: Path, keys: int, gap_s: float) -> dict[str, Any]:
+async def type_line(daemon: Daemon, path: Path, keys: int, gap_s: float) -> dict[str, Any]:
     uri, text = path.as_uri(), path.read_text()
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
-    )
+    index_ms = index_cost_ms(text)
+    daemon.open(uri, "python", text)
     await asyncio.sleep(3.0)  # the open document indexed once
     line = text.count("\n")
-    cached = (await _status(client)).completions.from_cache
+    cached = (await daemon.status()).completions.from_cache
     computed: list[float] = []
     from_cache = 0
-    cpu, started = _cpu_seconds(pid), time.monotonic()
+    cpu, started = _cpu_seconds(daemon.pid), time.monotonic()
     for version, char in enumerate(_LINE[:keys], start=2):
         column = version - 2
-        at = types.Position(line=line, character=column)
-        client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=char)],
-            )
-        )
+        daemon.insert(uri, version, types.Position(line=line, character=column), char)
         await asyncio.sleep(gap_s)
-        sent = time.perf_counter()
-        await client.text_document_inline_completion_async(
-            types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=uri),
-                position=types.Position(line=line, character=column + 1),
-                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
-            )
-        )
-        ms = (time.perf_counter() - sent) * 1000
-        now_cached = (await _status(client)).completions.from_cache
+        _, ms = await daemon.complete(uri, types.Position(line=line, character=column + 1))
+        now_cached = (await daemon.status()).completions.from_cache
         if now_cached != cached:
             cached, from_cache = now_cached, from_cache + 1
         else:
             computed.append(ms)
     seconds = time.monotonic() - started
-    used = _cpu_seconds(pid) - cpu
-    client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+    used = _cpu_seconds(daemon.pid) - cpu
+    daemon.close(uri)
     ordered = sorted(computed)
     return {
         "document_kb": round(len(text.encode()) / 1024),
+        "index_ms_per_key": index_ms,
         "typing_seconds": round(seconds, 1),
         "daemon_cpu_per_second": round(used / seconds, 2),
         "computed": len(computed),
@@ -103,36 +108,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     documents = {}
     for name, kb in (("small.py", args.small_kb), ("big.py", args.big_kb)):
         path = root / name
-        path.write_text(_python_file(rng, kb * 1000) + "\n")
+        path.write_text(python_file(rng, kb * 1000) + "\n")
         documents[name] = path
-    client = LanguageClient("big-document-bench", "1")
-    await client.start_io(sys.executable, "-m", "lookahead_lsp", "serve", "--cache-dir", str(root / ".cache"))
-    server = client._server
-    assert server is not None
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(
-                text_document=types.TextDocumentClientCapabilities(inline_completion=types.InlineCompletionClientCapabilities()),
-                window=types.WindowClientCapabilities(work_done_progress=False),
-            ),
-            workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
-            initialization_options={"debounceMs": 0},
-        )
-    )
-    client.initialized(types.InitializedParams())
-    while True:
-        status = await _status(client)
-        if status.model_state != "loading" and status.index.state == "ready":
-            break
-        await asyncio.sleep(0.2)
+    daemon = Daemon("big-document-bench")
+    await daemon.start([root], root / ".cache", {"debounceMs": 0})
     out: dict[str, Any] = {}
     try:
         for name, path in documents.items():
-            out[name] = await type_line(client, server.pid, path, args.keys, args.gap_ms / 1000)
+            out[name] = await type_line(daemon, path, args.keys, args.gap_ms / 1000)
     finally:
-        await client.shutdown_async(None)
-        client.exit(None)
-        await client.stop()  # type: ignore[no-untyped-call]
+        await daemon.stop()
     return out
 
 
@@ -145,11 +130,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    out = asyncio.run(run(args))
-    print(json.dumps(out, indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1))
+    write_report(asyncio.run(run(args)), args.json)
     return 0
 
 

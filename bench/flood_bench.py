@@ -12,14 +12,13 @@ ready ("before"), at the end of the flood, and after the documents are closed ("
 (VmHWM), how many requests were answered, cancelled, failed or never answered, how long answers
 took (p50, p95, max), and the final answer.
 
-    .venv/bin/python bench/flood_bench.py [--requests 2000] [--documents 20] [--big-mb 4]
+    .venv/bin/python bench/flood_bench.py [--requests 2000] [--documents 20] [--big-mb 4] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -29,11 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lsp_client import Daemon, end_of, items_of, plain, write_report
 from lsprotocol import types
-from pygls.lsp.client import LanguageClient
 
 
-def _python_file(rng: random.Random, target_bytes: int) -> str:
+def python_file(rng: random.Random, target_bytes: int) -> str:
     """Plausible Python source of about target_bytes: functions over a few recurring names."""
     names = ["total", "price", "items", "count", "order", "cart", "line", "value", "result"]
     parts: list[str] = []
@@ -84,47 +83,23 @@ async def flood(args: argparse.Namespace) -> dict[str, Any]:
     documents: list[tuple[str, list[str]]] = []
     for i in range(args.documents):
         size = int(args.big_mb * 1e6) if i == 0 else args.doc_kb * 1000
-        text = _python_file(rng, size)
+        text = python_file(rng, size)
         path = root / f"module_{i}.py"
         path.write_text(text)
         documents.append((path.as_uri(), text.splitlines(keepends=True)))
 
-    client = LanguageClient("flood-bench", "1")
-    await client.start_io(sys.executable, "-m", "lookahead_lsp", "serve", "--cache-dir", str(cache))
-    server = client._server  # the subprocess pygls started: its pid is what we measure
-    assert server is not None
-    pid = server.pid
-    caps = types.ClientCapabilities(
-        text_document=types.TextDocumentClientCapabilities(inline_completion=types.InlineCompletionClientCapabilities()),
-        window=types.WindowClientCapabilities(work_done_progress=False),
-    )
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=caps,
-            workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
-            # Short prompts and completions: the flood tests the daemon's bookkeeping, and each
-            # completion still runs the real model.
-            initialization_options={
-                "maxTokens": 8, "debounceMs": 0, "prefixTokens": 64, "suffixTokens": 16, "extraContextTokens": 0,
-            },
-        )
-    )
-    client.initialized(types.InitializedParams())
-    while True:
-        status = await client.protocol.send_request_async("lookahead/status", None)
-        if status.model_state != "loading" and status.index.state == "ready":
-            break
-        await asyncio.sleep(0.2)
+    daemon = Daemon("flood-bench")
+    # Short prompts and completions: the flood tests the daemon's bookkeeping, and each
+    # completion still runs the real model.
+    settings = {"maxTokens": 8, "debounceMs": 0, "prefixTokens": 64, "suffixTokens": 16, "extraContextTokens": 0}
+    await daemon.start([root], cache, settings)
+    client, pid = daemon.client, daemon.pid
 
     versions: dict[str, int] = {}
     for uri, lines in documents:
         versions[uri] = 1
-        client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text="".join(lines))
-            )
-        )
-    await client.protocol.send_request_async("lookahead/status", None)
+        daemon.open(uri, "python", "".join(lines))
+    await daemon.status()
     before = _rss_kb(pid)
 
     counts = Counts()
@@ -174,13 +149,7 @@ async def flood(args: argparse.Namespace) -> dict[str, Any]:
             line = rng.randrange(len(lines))
             column = len(lines[line].rstrip("\n"))
             versions[uri] += 1
-            at = types.Position(line=line, character=column)
-            client.text_document_did_change(
-                types.DidChangeTextDocumentParams(
-                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=versions[uri]),
-                    content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=" ")],
-                )
-            )
+            daemon.insert(uri, versions[uri], types.Position(line=line, character=column), " ")
             lines[line] = lines[line].rstrip("\n") + " " + ("\n" if lines[line].endswith("\n") else "")
             burst.append(one(uri, line, column + 1, cancel=rng.random() < 0.5))
             sent += 1
@@ -190,32 +159,18 @@ async def flood(args: argparse.Namespace) -> dict[str, Any]:
     during = _rss_kb(pid)
 
     for uri, _ in documents:
-        client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
-    await client.protocol.send_request_async("lookahead/status", None)
+        daemon.close(uri)
+    await daemon.status()
     await asyncio.sleep(1.0)
     after = _rss_kb(pid)
 
     # The daemon still answers: a fresh small document, a completion after a function header.
     probe_uri = (root / "probe.py").as_uri()
     probe_text = "def add(a, b):\n    "
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=probe_uri, language_id="python", version=1, text=probe_text)
-        )
-    )
-    probe_started = time.perf_counter()
-    answer = await client.text_document_inline_completion_async(
-        types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=probe_uri),
-            position=types.Position(line=1, character=4),
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
-        )
-    )
-    probe_ms = (time.perf_counter() - probe_started) * 1000
-    final_status = await client.protocol.send_request_async("lookahead/status", None)
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
+    daemon.open(probe_uri, "python", probe_text)
+    answer, probe_ms = await daemon.complete(probe_uri, end_of(probe_text), invoked=True)
+    final_status = await daemon.status()
+    await daemon.stop()
     seconds = sorted(counts.seconds)
     answered = {k: v for k, v in asdict(counts).items() if k != "seconds"}
     return {
@@ -234,19 +189,10 @@ async def flood(args: argparse.Namespace) -> dict[str, Any]:
             "after_close": round(after.get("VmRSS", 0) / 1024, 1),
             "peak": round(after.get("VmHWM", 0) / 1024, 1),
         },
-        "answer_after_flood": (answer.items[0].insert_text if answer and answer.items else None),
+        "answer_after_flood": next((item.insert_text for item in items_of(answer)), None),
         "answer_after_flood_ms": round(probe_ms, 1),
-        "server_completions": getattr(final_status, "completions", None) and _plain(final_status.completions),
+        "server_completions": plain(final_status.completions),
     }
-
-
-def _plain(value: Any) -> Any:
-    """pygls hands back custom responses as named tuples: plain dicts for printing."""
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def main() -> int:
@@ -258,9 +204,10 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=40, help="requests in flight at once")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="a request unanswered this long counts as lost")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     report = asyncio.run(flood(args))
-    print(json.dumps(report, indent=1))
+    write_report(report, args.json)
     lost = report["requests"]["errors"] + report["requests"]["unanswered"]
     return 0 if report["answer_after_flood"] is not None and lost == 0 else 1
 

@@ -23,19 +23,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from decode_bench import LANGUAGES, Task, corpus_root, pick_tasks
-from lsprotocol import types
-from pygls.lsp.client import LanguageClient
+from lsp_client import Daemon, end_of, write_report
 
 
 @dataclass
@@ -70,91 +66,30 @@ def _workspace(task: Task, into: Path) -> tuple[Path, Path]:
     return folder, document
 
 
-def _position(text: str) -> types.Position:
-    """The LSP position at the end of text (UTF-16 columns)."""
-    line = text.count("\n")
-    last = text[text.rfind("\n") + 1 :]
-    return types.Position(line=line, character=len(last.encode("utf-16-le")) // 2)
-
-
-class Daemon:
-    """One `lookahead-lsp serve` with its client, for one draft mode."""
+class ModeDaemon(Daemon):
+    """The daemon of one draft mode, and what it measured."""
 
     def __init__(self, draft: str) -> None:
+        super().__init__(f"keys-bench-{draft}")
         self.draft = draft
-        self.client = LanguageClient(f"keys-bench-{draft}", "1")
         self.result = Run()
-
-    async def start(self, folders: list[Path], model: Path | None, cache: Path) -> None:
-        args = ["-m", "lookahead_lsp", "serve", "--cache-dir", str(cache)]
-        if model is not None:
-            args += ["--model", str(model)]
-        await self.client.start_io(sys.executable, *args)
-        await self.client.initialize_async(
-            types.InitializeParams(
-                capabilities=types.ClientCapabilities(
-                    text_document=types.TextDocumentClientCapabilities(inline_completion=types.InlineCompletionClientCapabilities()),
-                    window=types.WindowClientCapabilities(work_done_progress=False),
-                ),
-                workspace_folders=[types.WorkspaceFolder(uri=f.as_uri(), name=f.name) for f in folders],
-                initialization_options={"debounceMs": 0, "draft": self.draft},
-            )
-        )
-        self.client.initialized(types.InitializedParams())
-        while True:
-            status = await self._status()
-            if status.model_state == "error":
-                raise SystemExit(f"the daemon could not load the model: {status.model_error}")
-            if status.model_state != "loading" and status.index.state == "ready":
-                return
-            await asyncio.sleep(0.2)
-
-    async def stop(self) -> None:
-        await self.client.shutdown_async(None)
-        self.client.exit(None)
-        await self.client.stop()  # type: ignore[no-untyped-call]
-
-    async def _status(self) -> Any:
-        return await self.client.protocol.send_request_async("lookahead/status", None)
-
-    async def _ask(self, uri: str, text: str) -> float:
-        start = time.perf_counter()
-        await self.client.text_document_inline_completion_async(
-            types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=uri),
-                position=_position(text),
-                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
-            )
-        )
-        return (time.perf_counter() - start) * 1000
 
     async def type_keys(self, task: Task, document: Path, keys: int) -> list[Sample | None]:
         """One prefix: the warming request, then a key at a time; per key its Sample, or None
         when the suggestion cache answered it."""
         uri, text = document.as_uri(), task.text[: task.cursor]
-        client = self.client
-        client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(uri=uri, language_id=task.language, version=1, text=text)
-            )
-        )
-        self.result.warmups_ms.append(await self._ask(uri, text))
-        cached = (await self._status()).completions.from_cache
+        self.open(uri, task.language, text)
+        self.result.warmups_ms.append((await self.complete(uri, end_of(text)))[1])
+        cached = (await self.status()).completions.from_cache
         samples: list[Sample | None] = []
         for version, char in enumerate(task.text[task.cursor : task.cursor + keys], start=2):
             if char == "\n":
                 break  # the line is done: a one-line measure
-            at = _position(text)
-            client.text_document_did_change(
-                types.DidChangeTextDocumentParams(
-                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                    content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=char)],
-                )
-            )
+            self.insert(uri, version, end_of(text), char)
             text += char
             await asyncio.sleep(0.05)  # a fast typist's gap: the edit is applied before the request
-            ms = await self._ask(uri, text)
-            status = await self._status()
+            _, ms = await self.complete(uri, end_of(text))
+            status = await self.status()
             if status.completions.from_cache != cached:
                 cached = status.completions.from_cache
                 self.result.from_cache += 1
@@ -164,17 +99,18 @@ class Daemon:
             sample = Sample(task.language, ms, last.tokens, last.passes, last.ms_prompt, last.ms_total, last.stop_reason)
             self.result.computed.append(sample)
             samples.append(sample)
-        client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+        self.close(uri)
         return samples
 
 
-async def run(tasks: list[Task], keys: int, model: Path | None, drafts: list[str], work: Path) -> tuple[list[Daemon], list[float]]:
+async def run(tasks: list[Task], keys: int, model: Path | None, drafts: list[str], work: Path) -> tuple[list[ModeDaemon], list[float]]:
     """The daemons after typing every prefix, and per key that every mode computed the ratio
     of the last mode's answer time to the first's."""
     folders = [_workspace(task, work / "folders") for task in tasks]
-    daemons = [Daemon(draft) for draft in drafts]
+    daemons = [ModeDaemon(draft) for draft in drafts]
     for i, daemon in enumerate(daemons):
-        await daemon.start([f for f, _ in folders], model, work / f"cache-{i}")
+        settings = {"debounceMs": 0, "draft": daemon.draft}
+        await daemon.start([f for f, _ in folders], work / f"cache-{i}", settings, model)
     ratios: list[float] = []
     try:
         for n, (task, (_, document)) in enumerate(zip(tasks, folders)):
@@ -239,10 +175,7 @@ def main() -> int:
         out[daemon.draft] = per_mode
     if len(daemons) > 1 and ratios:
         out[f"{args.drafts[-1]}_ms_over_{args.drafts[0]}_ms"] = {"keys": len(ratios), "median": round(statistics.median(ratios), 3)}
-    print(json.dumps(out, indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1))
+    write_report(out, args.json)
     return 0
 
 

@@ -10,26 +10,24 @@
    suggestion, how many were answered from the suggestion cache, and how many answers arrived
    for a keystroke the user had already moved past (should be none: newer requests supersede).
 
-    .venv/bin/python bench/lsp_bench.py [--skip-indexing] [--lines 12]
+    .venv/bin/python bench/lsp_bench.py [--skip-indexing] [--lines 12] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
 import sysconfig
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lsp_client import Daemon, items_of, plain, write_report
 from lsprotocol import types
-from pygls.lsp.client import LanguageClient
 
 from lookahead_lsp.models import resolve_model_path
 from lookahead_lsp.tokenizer import Tokenizer
@@ -65,41 +63,15 @@ class Typing:
 
 async def type_files(files: list[Path], root: Path, lines: int, seed: int) -> tuple[Typing, dict[str, Any]]:
     rng = random.Random(seed)
-    client = LanguageClient("lsp-bench", "1")
-    cache = Path(tempfile.mkdtemp(prefix="lookahead-bench-"))
-    await client.start_io(sys.executable, "-m", "lookahead_lsp", "serve", "--cache-dir", str(cache))
-    caps = types.ClientCapabilities(
-        text_document=types.TextDocumentClientCapabilities(
-            inline_completion=types.InlineCompletionClientCapabilities()
-        ),
-        window=types.WindowClientCapabilities(work_done_progress=False),
-    )
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=caps, workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)]
-        )
-    )
-    client.initialized(types.InitializedParams())
-    while True:
-        status = await client.protocol.send_request_async("lookahead/status", None)
-        if status.model_state != "loading" and status.index.state == "ready":
-            break
-        await asyncio.sleep(0.2)
+    daemon = Daemon("lsp-bench")
+    await daemon.start([root], Path(tempfile.mkdtemp(prefix="lookahead-bench-")))
     result = Typing()
     latest: dict[str, int] = {}
     pending: list[asyncio.Task[None]] = []
 
     async def request(uri: str, line: int, col: int, serial: int) -> None:
-        start = time.perf_counter()
-        answer = await client.text_document_inline_completion_async(
-            types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=uri),
-                position=types.Position(line=line, character=col),
-                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
-            )
-        )
-        elapsed = (time.perf_counter() - start) * 1000
-        has_item = answer is not None and bool(answer.items)
+        answer, elapsed = await daemon.complete(uri, types.Position(line=line, character=col))
+        has_item = bool(items_of(answer))
         if has_item and latest[uri] != serial:
             result.stale += 1
         elif has_item:
@@ -119,23 +91,13 @@ async def type_files(files: list[Path], root: Path, lines: int, seed: int) -> tu
         for i in chosen:
             doc_lines[i] = source_lines[i][: len(source_lines[i]) - len(source_lines[i].lstrip())] + "\n"
         version = 1
-        client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(uri=uri, language_id="python", version=version, text="".join(doc_lines))
-            )
-        )
+        daemon.open(uri, "python", "".join(doc_lines))
         for i in chosen:
             target = source_lines[i].rstrip("\n")
             col = len(target) - len(target.lstrip())
             for ch in target[col:]:
                 version += 1
-                at = types.Position(line=i, character=col)
-                client.text_document_did_change(
-                    types.DidChangeTextDocumentParams(
-                        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=ch)],
-                    )
-                )
+                daemon.insert(uri, version, types.Position(line=i, character=col), ch)
                 col += 1
                 serial += 1
                 latest[uri] = serial
@@ -143,22 +105,11 @@ async def type_files(files: list[Path], root: Path, lines: int, seed: int) -> tu
                 pending.append(asyncio.ensure_future(request(uri, i, col, serial)))
                 pause = rng.uniform(0.08, 0.25) if rng.random() > 0.1 else rng.uniform(0.5, 1.2)
                 await asyncio.sleep(pause)
-        client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+        daemon.close(uri)
     await asyncio.gather(*pending)
-    final = await client.protocol.send_request_async("lookahead/status", None)
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
-    return result, _plain(final)
-
-
-def _plain(value: Any) -> Any:
-    """pygls hands back custom responses as named tuples: plain dicts for printing."""
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+    final = await daemon.status()
+    await daemon.stop()
+    return result, plain(final)
 
 
 def main() -> int:
@@ -167,15 +118,16 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=6, help="lines typed per file")
     parser.add_argument("--package", default="json", help="standard-library package typed in")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     lib = Path(sysconfig.get_paths()["stdlib"])
-    if not args.skip_indexing:
-        print("indexing", lib, json.dumps(index_throughput(lib)), flush=True)
+    indexing = None if args.skip_indexing else {"folder": str(lib), **index_throughput(lib)}
     root = lib / args.package
     files = sorted(p for p in root.glob("*.py") if p.stat().st_size > 4000)
     typing, status = asyncio.run(type_files(files, root, args.lines, args.seed))
     lat = sorted(typing.latencies_ms)
     summary = {
+        "indexing": indexing,
         "requests": typing.requests,
         "answered_with_suggestion": len(lat),
         "empty_or_superseded": typing.empty,
@@ -184,7 +136,7 @@ def main() -> int:
         "p95_ms": round(lat[int(0.95 * (len(lat) - 1))], 1) if lat else None,
         "server_completions": status.get("completions"),
     }
-    print(json.dumps(summary, indent=1))
+    write_report(summary, args.json)
     return 0
 
 

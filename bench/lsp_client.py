@@ -1,0 +1,146 @@
+"""The editor side the LSP benchmarks share: a real pygls client that starts `lookahead-lsp
+serve` as an editor does, announces inline completions, and waits until the model is loaded and
+the folders are indexed; plus the report writing every benchmark does the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+Answer = Union[types.InlineCompletionList, Sequence[types.InlineCompletionItem], None]
+
+
+class Daemon:
+    """One `lookahead-lsp serve` and the client talking to it."""
+
+    def __init__(self, name: str) -> None:
+        self.client = LanguageClient(name, "1")
+        # The daemon pushes its status to the extension; a benchmark asks for it instead.
+        self.client.feature("lookahead/statusChanged")(_ignore)
+        self.client.feature(types.WINDOW_LOG_MESSAGE)(_print_log)
+
+    async def start(
+        self, folders: list[Path], cache: Path, settings: dict[str, Any] | None = None, model: Path | None = None
+    ) -> None:
+        """Returns once the model is loaded and every folder indexed; SystemExit when the model
+        cannot be loaded (a benchmark has nothing to measure then)."""
+        args = ["-m", "lookahead_lsp", "serve", "--cache-dir", str(cache)]
+        if model is not None:
+            args += ["--model", str(model)]
+        await self.client.start_io(sys.executable, *args)
+        await self.client.initialize_async(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(
+                    text_document=types.TextDocumentClientCapabilities(
+                        inline_completion=types.InlineCompletionClientCapabilities()
+                    ),
+                    window=types.WindowClientCapabilities(work_done_progress=False),
+                ),
+                workspace_folders=[types.WorkspaceFolder(uri=f.as_uri(), name=f.name) for f in folders],
+                initialization_options=settings or {},
+            )
+        )
+        self.client.initialized(types.InitializedParams())
+        while True:
+            status = await self.status()
+            if status.model_state == "error":
+                raise SystemExit(f"the daemon could not load the model: {status.model_error}")
+            if status.model_state != "loading" and status.index.state == "ready":
+                return
+            await asyncio.sleep(0.2)
+
+    @property
+    def pid(self) -> int:
+        """The daemon's process, for what /proc says of it."""
+        server = self.client._server
+        assert server is not None, "the daemon is not started"
+        return server.pid
+
+    async def status(self) -> Any:
+        return await self.client.protocol.send_request_async("lookahead/status", None)
+
+    def open(self, uri: str, language: str, text: str) -> None:
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)
+            )
+        )
+
+    def insert(self, uri: str, version: int, at: types.Position, text: str) -> None:
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=text)],
+            )
+        )
+
+    def close(self, uri: str) -> None:
+        self.client.text_document_did_close(
+            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+        )
+
+    async def complete(
+        self, uri: str, at: types.Position, invoked: bool = False
+    ) -> tuple[Answer, float]:
+        """The answer to an inline completion request and how long it took, in ms."""
+        trigger = types.InlineCompletionTriggerKind.Invoked if invoked else types.InlineCompletionTriggerKind.Automatic
+        start = time.perf_counter()
+        answer = await self.client.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=at,
+                context=types.InlineCompletionContext(trigger_kind=trigger),
+            )
+        )
+        return answer, (time.perf_counter() - start) * 1000
+
+    async def stop(self) -> None:
+        await self.client.shutdown_async(None)
+        self.client.exit(None)
+        await self.client.stop()  # type: ignore[no-untyped-call]
+
+
+def _ignore(params: Any) -> None:
+    pass
+
+
+def _print_log(params: types.LogMessageParams) -> None:
+    print(f"daemon: {params.message}", file=sys.stderr)
+
+
+def end_of(text: str) -> types.Position:
+    """The position just after text, as an editor counts it (UTF-16 code units per line)."""
+    line = text.count("\n")
+    last = text[text.rfind("\n") + 1 :]
+    return types.Position(line=line, character=len(last.encode("utf-16-le")) // 2)
+
+
+def items_of(answer: Answer) -> Sequence[types.InlineCompletionItem]:
+    if answer is None:
+        return []
+    return answer.items if isinstance(answer, types.InlineCompletionList) else answer
+
+
+def plain(value: Any) -> Any:
+    """pygls hands back custom responses as named tuples: plain dicts for a report."""
+    if hasattr(value, "_asdict"):
+        return {k: plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def write_report(report: Any, path: Path | None) -> None:
+    """Prints the report, and writes it to path when one was given."""
+    text = json.dumps(report, indent=1)
+    print(text)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
