@@ -131,14 +131,13 @@ def _count_on_cluster(
         from lookahead_lsp.cluster_build import count_on_cluster
     except ImportError as error:
         raise UserError(f"--dask needs Dask ({error}): pip install 'lookahead-lsp[dask]'") from error
-    counts, stats = count_on_cluster(cluster, model_path, tokenizer, repositories, shard_bytes)
-    builder.add_entries(counts.words, counts.counts)
+    counts, stats = count_on_cluster(cluster, model_path, tokenizer, repositories, shard_bytes, builder)
     summary.files_indexed = counts.files_indexed
     summary.bytes_read = counts.bytes_read
     summary.tokens = counts.tokens
     summary.tokenize_seconds = stats.count_seconds
     summary.cluster = (
-        f"{stats.workers} workers, {stats.shards} shards, {stats.merges} merges"
+        f"{stats.workers} workers, {stats.shards} shards, {stats.partitions} partitions, {stats.merges} merges"
         f" ({stats.merge_seconds:.2f} s after the last shard)"
     )
 

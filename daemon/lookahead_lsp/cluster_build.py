@@ -1,6 +1,8 @@
 """build-cache on a Dask cluster: the listed files are cut into shards of similar size, each
-shard's 2-grams are counted on a worker into sorted (word, count) arrays, and those are merged
-a few at a time on the workers until one remains, which the client writes.
+shard's 2-grams are counted on a worker into sorted (word, count) arrays dealt into partitions
+by a hash of the word, and each partition is merged a few parts at a time on the workers until
+one remains, which the client adds to the file it writes. A partition holds a share of the
+final table, so no worker ever holds all of it.
 
 Why the file is byte-identical to the one-machine build: a static cache is a function of the
 map from each (t0, t1, follower) triple to its count, saturated at 2**32 - 1 (plus the vocabulary
@@ -21,6 +23,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import operator
 import stat
 import sys
 import threading
@@ -41,6 +44,10 @@ from lookahead_lsp.tokenizer import Tokenizer, tokenize_files
 # Partial results merged by one task: few enough that a merge holds little beyond its output,
 # enough that the tree stays shallow.
 MERGE_FAN_IN = 4
+# The merged table is dealt into as many partitions as there are shards, so that the top of a
+# partition's merge tree holds about what one shard's counting held; at most this many, which
+# keeps the tasks (shards x partitions pieces) in the thousands.
+MAX_PARTITIONS = 64
 _CONNECT_SECONDS = 30.0
 
 
@@ -73,9 +80,10 @@ class ClusterStats:
 
     workers: int = 0
     shards: int = 0
+    partitions: int = 1
     merges: int = 0
     count_seconds: float = 0.0  # from the first task submitted to the last shard counted
-    merge_seconds: float = 0.0  # from the last shard counted to the merged result on the client
+    merge_seconds: float = 0.0  # from the last shard counted to the last partition on the client
 
 
 class WorkerSetupError(RuntimeError):
@@ -135,10 +143,12 @@ def shard_count(total_bytes: int, n_files: int, shard_bytes: int, n_threads: int
     return max(1, min(n_files, max(math.ceil(total_bytes / shard_bytes), 4 * n_threads)))
 
 
-def count_shard(shard: Shard, model_path: str, fingerprint: int, build: str | None) -> Counts:
-    """Runs on a worker: the 2-grams of shard's files, each file one document. Memory is bounded
-    by the shard: its tokens one file at a time and its distinct 2-grams. With a build id, the
-    shard's progress is reported under it."""
+def count_shard(
+    shard: Shard, model_path: str, fingerprint: int, build: str | None, n_partitions: int = 1
+) -> list[Counts]:
+    """Runs on a worker: the 2-grams of shard's files, each file one document, dealt into
+    n_partitions parts (split_counts). Memory is bounded by the shard: its tokens one file at a
+    time and its distinct 2-grams. With a build id, the shard's progress is reported under it."""
     for root in shard.roots:
         if not Path(root).is_dir():
             raise WorkerSetupError(f"a worker cannot see the repository {root}: workers need the "
@@ -159,7 +169,25 @@ def count_shard(shard: Shard, model_path: str, fingerprint: int, build: str | No
         report.send()
     result.words, result.counts = builder.take_entries()
     result.tokens = builder.n_tokens
-    return result
+    return split_counts(result, n_partitions)
+
+
+def split_counts(counts: Counts, n_partitions: int) -> list[Counts]:
+    """counts dealt into n_partitions parts by a hash of each word, each part still ascending;
+    the first part carries the totals (files, bytes, tokens). Any deal gives the same file: a
+    word's count is summed within its part, and the parts hold no word in common."""
+    if n_partitions == 1:
+        return [counts]
+    mixed = (counts.words * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+    part = (mixed % np.uint64(n_partitions)).astype(np.uint16)
+    order = np.argsort(part, kind="stable")  # keeps each part's words ascending
+    ends = np.cumsum(np.bincount(part, minlength=n_partitions))
+    parts = []
+    for p in range(n_partitions):
+        taken = order[ends[p - 1] if p else 0 : ends[p]]
+        parts.append(Counts(counts.words[taken], counts.counts[taken]))
+    parts[0].files_indexed, parts[0].bytes_read, parts[0].tokens = counts.files_indexed, counts.bytes_read, counts.tokens
+    return parts
 
 
 def merge_counts(n_vocab: int, *parts: Counts) -> Counts:
@@ -208,12 +236,18 @@ def count_on_cluster(
     tokenizer: Tokenizer,
     repositories: list[tuple[Path, list[Path]]],
     shard_bytes: int,
+    into: StaticCacheBuilder,
 ) -> tuple[Counts, ClusterStats]:
-    """The summed 2-gram counts of the files of repositories ((root, files)), counted and
-    merged on a Dask cluster: the scheduler at that address (tcp://HOST:PORT or another of
-    Dask's schemes), or a number of local worker processes started for the run."""
+    """Adds into `into` the summed 2-gram counts of the files of repositories ((root, files)),
+    counted and merged on a Dask cluster: the scheduler at that address (tcp://HOST:PORT or
+    another of Dask's schemes), or a number of local worker processes started for the run.
+    Returns the totals (files, bytes, tokens; no arrays) and what the cluster did."""
     with _Connection(cluster) as client:
-        return _count(client, model_path, tokenizer, repositories, shard_bytes)
+        return _count(client, model_path, tokenizer, repositories, shard_bytes, into)
+
+
+def partition_count(n_shards: int) -> int:
+    return max(1, min(n_shards, MAX_PARTITIONS))
 
 
 class _Connection:
@@ -255,6 +289,7 @@ def _count(
     tokenizer: Tokenizer,
     repositories: list[tuple[Path, list[Path]]],
     shard_bytes: int,
+    into: StaticCacheBuilder,
 ) -> tuple[Counts, ClusterStats]:
     try:
         client.wait_for_workers(1, timeout=_CONNECT_SECONDS)
@@ -266,7 +301,7 @@ def _count(
     total_bytes = sum(f.size for f in files)
     roots = [root for root, _paths in repositories]
     shards = make_shards(files, roots, shard_count(total_bytes, len(files), shard_bytes, threads))
-    stats = ClusterStats(workers=len(workers), shards=len(shards))
+    stats = ClusterStats(workers=len(workers), shards=len(shards), partitions=partition_count(len(shards)))
     build = uuid.uuid4().hex
     progress = (
         ClusterProgress(build, len(workers), len(files), total_bytes, sys.stderr)
@@ -276,14 +311,14 @@ def _count(
     if progress is not None:
         client.subscribe_topic(PROGRESS_TOPIC, progress.on_event)
     try:
-        merged = _count_and_merge(
-            client, shards, model_path, tokenizer, build, progress is not None, stats
+        totals = _count_and_merge(
+            client, shards, model_path, tokenizer, build, progress is not None, stats, into
         )
     finally:
         if progress is not None:
             client.unsubscribe_topic(PROGRESS_TOPIC)
             progress.clear()
-    return merged, stats
+    return totals, stats
 
 
 def _count_and_merge(
@@ -294,39 +329,62 @@ def _count_and_merge(
     build: str,
     reporting: bool,
     stats: ClusterStats,
+    into: StaticCacheBuilder,
 ) -> Counts:
     started = time.monotonic()
     report_as = build if reporting else None
-    # Keys unique to this build: two builds on one cluster never share a result.
-    counting = [
-        client.submit(count_shard, shard, str(model_path), tokenizer.fingerprint, report_as,
-                      key=f"lookahead-count-{build}-{shard.index}", pure=False)
-        for shard in shards
-    ]  # fmt: skip
-    shards_left = len(counting)
-    live = len(counting)  # partial results not yet merged into another
-    ready: list[Future[Counts]] = []
-    results = as_completed(counting, loop=client.loop)
+    n_partitions = stats.partitions
+    # Keys unique to this build: two builds on one cluster never share a result. A key names
+    # what its result is: a shard's parts, one part of a shard, or a merge within a partition.
+    results = as_completed(
+        [
+            client.submit(count_shard, shard, str(model_path), tokenizer.fingerprint, report_as, n_partitions,
+                          key=f"lookahead-count-{build}-{shard.index}", pure=False)
+            for shard in shards
+        ],
+        loop=client.loop,
+    )  # fmt: skip
+    partition_of: dict[object, int] = {}
+    shards_left = len(shards)
+    live = [len(shards)] * n_partitions  # a partition's parts not yet merged into another
+    ready: list[list[Future[Counts]]] = [[] for _ in range(n_partitions)]
+    totals = Counts(np.empty(0, np.uint64), np.empty(0, np.uint32))
     for future in results:
         _raise_task_error(future)
         if future.key.startswith(f"lookahead-count-{build}"):
             shards_left -= 1
             if shards_left == 0:
                 stats.count_seconds = time.monotonic() - started
-        ready.append(future)
-        # Merged as results arrive: the tree forms while the last shards are still counted.
-        while len(ready) >= MERGE_FAN_IN or (len(ready) > 1 and len(ready) == live):
-            group, ready = ready[:MERGE_FAN_IN], ready[MERGE_FAN_IN:]
+            for p in range(n_partitions):
+                # The shard's result stays on its worker until every part is taken from it.
+                part = client.submit(operator.getitem, future, p, key=f"lookahead-part-{p}-{future.key}", pure=False)
+                partition_of[part.key] = p
+                results.add(part)
+            continue
+        p = partition_of.pop(future.key)
+        if live[p] == 1:  # the partition's sum: added on the client, then let go
+            _add_partition(into, future.result(), totals)
+            continue
+        ready[p].append(future)
+        # Merged as results arrive: the trees form while the last shards are still counted.
+        while len(ready[p]) >= MERGE_FAN_IN or (len(ready[p]) > 1 and len(ready[p]) == live[p]):
+            group, ready[p] = ready[p][:MERGE_FAN_IN], ready[p][MERGE_FAN_IN:]
             stats.merges += 1
-            results.add(
-                client.submit(merge_counts, tokenizer.n_vocab, *group,
-                              key=f"lookahead-merge-{build}-{stats.merges}", pure=False)
-            )  # fmt: skip
-            live -= len(group) - 1
-    assert len(ready) == 1 and live == 1, "every partial result is merged into one"
-    final: Counts = ready[0].result()
+            merged = client.submit(merge_counts, tokenizer.n_vocab, *group,
+                                   key=f"lookahead-merge-{build}-{p}-{stats.merges}", pure=False)  # fmt: skip
+            partition_of[merged.key] = p
+            results.add(merged)
+            live[p] -= len(group) - 1
+    assert all(n == 1 for n in live) and not partition_of, "every partition is merged into one"
     stats.merge_seconds = time.monotonic() - started - stats.count_seconds
-    return final
+    return totals
+
+
+def _add_partition(into: StaticCacheBuilder, part: Counts, totals: Counts) -> None:
+    into.add_entries(part.words, part.counts)
+    totals.files_indexed += part.files_indexed
+    totals.bytes_read += part.bytes_read
+    totals.tokens += part.tokens
 
 
 def _raise_task_error(future: Future[Counts]) -> None:

@@ -29,11 +29,13 @@ pytest.importorskip("distributed")
 from distributed import Client  # noqa: E402
 
 from lookahead_lsp.cluster_build import (  # noqa: E402
+    Counts,
     Shard,
     SourceFile,
     WorkerSetupError,
     count_shard,
     make_shards,
+    split_counts,
 )
 from lookahead_lsp.tokenizer import Tokenizer  # noqa: E402
 
@@ -275,6 +277,28 @@ def test_any_grouping_of_documents_and_order_of_merging_writes_the_same_bytes(
     for words, counts in reversed(upper):
         final.add_entries(words, counts)
     assert _written(final, tmp_path / "merged") == _written(whole, tmp_path / "whole")
+
+
+@pytest.mark.parametrize("n_partitions", [1, 2, 5, 64])
+def test_partitions_of_counts_write_the_same_bytes(n_partitions: int, tmp_path: Path) -> None:
+    whole = StaticCacheBuilder(N_VOCAB)
+    for tokens in _documents(n_partitions, 60):
+        whole.add(tokens.astype(np.int32))
+    words, counts = whole.take_entries()
+    for tokens in _documents(n_partitions, 60):  # the same documents again, for the file
+        whole.add(tokens.astype(np.int32))
+    parts = split_counts(Counts(words, counts, files_indexed=60, bytes_read=7, tokens=9), n_partitions)
+    assert len(parts) == n_partitions
+    assert sorted(int(w) for part in parts for w in part.words) == words.tolist()  # each word once
+    assert all(np.all(np.diff(part.words.astype(np.int64)) > 0) for part in parts)
+    if n_partitions > 1:
+        assert sum(len(part.words) > 0 for part in parts) > 1  # dealt, not all in one part
+    assert [(p.files_indexed, p.bytes_read, p.tokens) for p in parts[:1]] == [(60, 7, 9)]
+    assert all(p.files_indexed == p.bytes_read == p.tokens == 0 for p in parts[1:])
+    merged = StaticCacheBuilder(N_VOCAB)
+    for part in reversed(parts):
+        merged.add_entries(part.words, part.counts)
+    assert _written(merged, tmp_path / "parts") == _written(whole, tmp_path / "whole")
 
 
 def test_take_entries_hands_out_sorted_counted_2grams_and_empties_the_builder() -> None:
