@@ -38,7 +38,7 @@ CODE_SERVER := $(HOME)/.cache/lookahead-lsp/code-server-$(CODE_SERVER_VERSION)
 CLIENT := vscode-client
 VSIX := $(CLIENT)/lookahead-lsp.vsix
 
-.PHONY: install prerequisites dist test test-tools test-packages sanitize demo bench clean vsix test-vscode e2e
+.PHONY: install prerequisites dist test typecheck test-tools test-packages sanitize demo bench clean vsix test-vscode e2e
 
 # What the build needs and make does not install: a C++17 compiler, CMake and Python's venv
 # module (a package of its own on Debian and Ubuntu). One line each for what is missing.
@@ -120,7 +120,13 @@ e2e: install test-tools vsix
 	$(CLIENT)/e2e/wheelhouse.sh $(PY) $(LLAMA_WHEELS) build/e2e-wheelhouse
 	$(CLIENT)/e2e/run.sh $(CODE_SERVER) $(VSIX) $(VENV)/bin/lookahead-lsp build/e2e build/e2e-wheelhouse
 
+# mypy --strict (pyproject's [tool.mypy]) over the package, its tests and the benchmarks, in one
+# run, so that the tests are checked against this checkout's sources. Needs `make install` once.
+typecheck:
+	$(PY) -m mypy daemon/lookahead_lsp tests bench
+
 test: install test-tools
+	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory test-vscode e2e sanitize
 

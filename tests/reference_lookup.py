@@ -20,7 +20,12 @@ import os
 import re
 import sysconfig
 from collections.abc import Iterable, Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # the reference itself needs neither numpy nor the native module
+    import numpy as np
+
+    from lookahead_lsp import _lookup
 
 NGRAM_MIN = 1
 NGRAM_MAX = 4
@@ -130,15 +135,17 @@ def ref_static_from_docs(docs: Iterable[Sequence[int]]) -> RefCache:
     return ref_cache_from_docs(docs, orders=(STATIC_NGRAM,))
 
 
-def ref_cache_from_arrays(keys, offsets, followers, orders: Sequence[int] = (1, 2, 3, 4)) -> RefCache:  # type: ignore[no-untyped-def]
+def ref_cache_from_arrays(
+    keys: np.ndarray, offsets: np.ndarray, followers: np.ndarray, orders: Sequence[int] = (1, 2, 3, 4)
+) -> RefCache:
     """A RefCache from a native `to_arrays()` triple (no checks: compare the result)."""
     c = RefCache(orders)
-    keys = [[int(t) for t in row] for row in keys]
-    offsets = [int(o) for o in offsets]
-    followers = [(int(t), int(n)) for t, n in followers]
-    for i, row in enumerate(keys):
+    key_rows = [[int(t) for t in row] for row in keys]
+    bounds = [int(o) for o in offsets]
+    pairs = [(int(t), int(n)) for t, n in followers]
+    for i, row in enumerate(key_rows):
         key = tuple(t for t in row if t != -1)
-        c.data[key] = {t: n for t, n in followers[offsets[i] : offsets[i + 1]]}
+        c.data[key] = {t: n for t, n in pairs[bounds[i] : bounds[i + 1]]}
     return c
 
 
@@ -425,6 +432,6 @@ class Vocab:
         return len(self.ids)
 
 
-def ref_from_native(cache, orders: Sequence[int] = (1, 2, 3, 4)) -> RefCache:  # type: ignore[no-untyped-def]
+def ref_from_native(cache: _lookup.NgramCache | _lookup.StaticCache, orders: Sequence[int] = (1, 2, 3, 4)) -> RefCache:
     """A RefCache holding what a native NgramCache / StaticCache holds (via `to_arrays()`)."""
     return ref_cache_from_arrays(*cache.to_arrays(), orders=orders)

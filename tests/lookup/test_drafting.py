@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Literal, Optional, TypedDict
 
 import numpy as np
 import pytest
@@ -70,15 +70,36 @@ class Case:
     fingerprint: int = 0
 
 
+class NativeCaches(TypedDict, total=False):
+    """Keyword arguments of `_lookup.draft` and `draft_tree` (the DraftSource names); a test may
+    pass only some of them."""
+
+    context: Optional[_lookup.NgramCache]
+    workspace: Optional[_lookup.NgramCache]
+    repository: Optional[_lookup.StaticCache]
+
+
+Source = Literal["context", "workspace", "repository"]
+
+
+def only(caches: NativeCaches, which: Source) -> NativeCaches:
+    """The cache of `caches` named `which`, as the only keyword argument."""
+    if which == "context":
+        return {"context": caches["context"]}
+    if which == "workspace":
+        return {"workspace": caches["workspace"]}
+    return {"repository": caches["repository"]}
+
+
 @dataclass
 class Caches:
-    native: dict[str, object]
+    native: NativeCaches
     ref: dict[str, Optional[RefCache]]
 
 
 def build(case: Case, tmp_dir: str) -> Caches:
     # Keyed by the native arguments (the DraftSource names) and by the reference's.
-    native: dict[str, object] = {"context": None, "workspace": None, "repository": None}
+    native: NativeCaches = {"context": None, "workspace": None, "repository": None}
     ref: dict[str, Optional[RefCache]] = {"context": None, "dynamic": None, "static": None}
     if case.context_docs is not None:
         native["context"] = native_cache(case.n_vocab, case.context_docs)
@@ -257,8 +278,8 @@ def test_static_weight_does_not_overflow(tmp_path) -> None:  # type: ignore[no-u
         # (0, 4) -> {1: 2**31 - 1, 2: 2**31 - 2, 3: 1}; (4, 1) -> {2: 2**31 - 1, 3: 2**31 - 1}
         for key, fol in (((0, 4), [(1, 2**31 - 1), (2, 2**31 - 2), (3, 1)]), ((4, 1), [(2, 2**31 - 1), (3, 2**31 - 1)])):
             f.write(struct.pack("=4ii", *key, -1, -1, len(fol)))
-            for t, n in fol:
-                f.write(struct.pack("=ii", t, n))
+            for token, n in fol:
+                f.write(struct.pack("=ii", token, n))
     loaded = _lookup.NgramCache.load_upstream(str(up), n_vocab)
     b = _lookup.StaticCacheBuilder(n_vocab)
     b.add_cache(loaded)
@@ -323,7 +344,7 @@ def test_threshold_and_weight_grid(tmp_path, which: str, n: int) -> None:  # typ
     thresholds = {"context": (LAX_MIN_SAMPLE[n], LAX_MIN_PERCENT[n]), "dynamic": (STRICT_MIN_SAMPLE[n], STRICT_MIN_PERCENT[n])}
     min_sample, min_percent = thresholds[which]
     statics: list[dict[int, int]] = [{}, {2: 1}, {1: 1, 2: 2}, {3: 5}, {9: 1}]
-    static_caches: list[object] = [None]
+    static_caches: list[Optional[_lookup.StaticCache]] = [None]
     for i, weights in enumerate(statics[1:], 1):
         (tmp_path / f"s{i}").mkdir()
         static_caches.append(upstream_static(str(tmp_path / f"s{i}"), 10, {(7, 8): weights}))
@@ -334,7 +355,11 @@ def test_threshold_and_weight_grid(tmp_path, which: str, n: int) -> None:  # typ
         cache = upstream_cache(str(tmp_path / "grid.bin"), 10, {key: fol})
         ref = ref_of({key: fol})
         for static, ref_static, weights in zip(static_caches, ref_statics, statics):
-            kw = {"context" if which == "context" else "workspace": cache, "repository": static}
+            kw: NativeCaches = (
+                {"context": cache, "repository": static}
+                if which == "context"
+                else {"workspace": cache, "repository": static}
+            )
             rkw = {which: ref, "static": ref_static}
             got = _lookup.draft(GRID_PROMPT, 1, **kw).tolist()
             assert got == ref_draft(GRID_PROMPT, 1, **rkw), (which, n, fol, weights)
@@ -446,7 +471,8 @@ def test_real_model_tokens(request, tmp_path) -> None:  # type: ignore[no-untype
 
     def toks(name: str) -> list[int]:
         with open(stdlib_path(name), "rb") as f:
-            return np.asarray(tok.tokenize(f.read()), dtype=np.int32).tolist()
+            tokens: list[int] = np.asarray(tok.tokenize(f.read()), dtype=np.int32).tolist()
+            return tokens
 
     n_vocab = int(tok.n_vocab)
     target, static_doc, dyn_doc = toks("textwrap.py"), toks("argparse.py"), toks("enum.py")
@@ -508,8 +534,8 @@ def test_array_likes(small: Caches) -> None:
 
 @pytest.mark.parametrize("which", ["context", "workspace", "repository"])
 @pytest.mark.parametrize("bad", [[5, 10], [10, 5], [-1, 5, 1], [5, 1, 2**31 - 1]])
-def test_out_of_vocab_tokens(small: Caches, which: str, bad: list[int]) -> None:
-    kwargs = {which: small.native[which]}
+def test_out_of_vocab_tokens(small: Caches, which: Source, bad: list[int]) -> None:
+    kwargs = only(small.native, which)
     with pytest.raises(ValueError):
         _lookup.draft(bad, 4, **kwargs)
     with pytest.raises(ValueError):

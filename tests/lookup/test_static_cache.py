@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -47,8 +48,9 @@ OFFSET = {
 }
 
 
-def raw_header(data: bytes) -> dict[str, object]:
-    return dict(zip(HEADER_FIELDS, HEADER_STRUCT.unpack_from(data, 0)))
+def raw_header(data: bytes) -> dict[str, int]:
+    """The header's numeric fields by name (not the magic nor the reserved bytes)."""
+    return {k: v for k, v in zip(HEADER_FIELDS, HEADER_STRUCT.unpack_from(data, 0)) if isinstance(v, int)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -728,7 +730,7 @@ def test_structural_corruption_behind_a_valid_checksum(tmp_path_factory, golden:
         field = data.draw(st.sampled_from(["n_keys", "n_followers", "n_buckets", "total_count", "buckets_offset",
                                            "records_offset", "followers_offset"]))
         value = data.draw(st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 4 * n),
-                                    st.integers(-64, 64).map(lambda d, f=field: max(0, int(raw[f]) + d))))
+                                    st.integers(-64, 64).map(lambda d: max(0, raw[field] + d))))
         struct.pack_into("=Q", buf, OFFSET[field], value)
         n_vocab_value = data.draw(st.none() | st.integers(0, 2**32 - 1))
         if n_vocab_value is not None:
@@ -762,7 +764,7 @@ def many_pages_static(path: str, n_vocab: int = 60) -> None:
     """A static cache of many pages, whose pairs mostly qualify for drafting."""
     rng = np.random.default_rng(7)
     phrases = [rng.integers(0, n_vocab, size=12).tolist() for _ in range(40)]
-    docs = [sum((phrases[int(i)] for i in rng.integers(0, 40, size=300)), []) for _ in range(4)]
+    docs: list[list[int]] = [sum((phrases[int(i)] for i in rng.integers(0, 40, size=300)), []) for _ in range(4)]
     write_static(path, n_vocab, docs)
     assert os.path.getsize(path) > 4 * 4096
 
@@ -917,7 +919,7 @@ def test_writers_never_follow_planted_links(tmp_path) -> None:  # type: ignore[n
     docs = [[1, 2, 3, 1, 2, 4]]
     write_static(str(tmp_path / "source.lookup"), 10, docs)
     source = open_verified(str(tmp_path / "source.lookup"))
-    writers = {
+    writers: dict[str, Callable[[str], object]] = {
         "static.lookup": lambda out: write_static(out, 10, docs),
         "ngram.upstream": lambda out: native_cache(10, docs).save_upstream(out),
         "static.upstream": lambda out: source.save_upstream(out),

@@ -165,6 +165,11 @@ def _blocking(started: threading.Event, release: threading.Event) -> Callable[[C
     return run
 
 
+def _answer(text: str) -> Callable[[CancelToken], str]:
+    """A job that answers `text` at once."""
+    return lambda cancel: text
+
+
 def test_the_queue_holds_at_most_its_cap() -> None:
     started, release = threading.Event(), threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
@@ -174,7 +179,7 @@ def test_the_queue_holds_at_most_its_cap() -> None:
         futures = []
         most = 0
         for i in range(1000):
-            futures.append(worker.submit(f"doc{i % 40}", lambda cancel, i=i: f"job {i}"))
+            futures.append(worker.submit(f"doc{i % 40}", _answer(f"job {i}")))
             most = max(most, worker.queued)
         assert most == MAX_QUEUED_JOBS
         # The oldest waiting jobs were dropped (answered None at once), the newest wait.
@@ -195,8 +200,8 @@ def test_a_chore_is_never_dropped_for_room_nor_superseded_by_another() -> None:
     try:
         worker.submit("blocker", _blocking(started, release))
         assert started.wait(5)
-        chores = [worker.submit_chore(lambda cancel, i=i: f"freed {i}") for i in range(2)]
-        later = [worker.submit(f"doc{i}", lambda cancel, i=i: f"job {i}") for i in range(5)]
+        chores = [worker.submit_chore(_answer(f"freed {i}")) for i in range(2)]
+        later = [worker.submit(f"doc{i}", _answer(f"job {i}")) for i in range(5)]
         assert worker.queued == 3
         release.set()
         assert [f.result(timeout=5) for f in chores] == ["freed 0", "freed 1"]

@@ -43,7 +43,7 @@ PREFIX = "def area(width, height):\n    return "
 SUFFIXES = ("\n\nprint(area(2, 3))\n", "\n\nfor x in range(9):\n    print(x * x)\n")
 
 
-@pytest_lsp.fixture(config=CONFIG)
+@pytest_lsp.fixture(config=CONFIG)  # type: ignore[untyped-decorator]  # pytest-lsp leaves it unannotated
 async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
     yield lsp_client
     if not lsp_client.error:

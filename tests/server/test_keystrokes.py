@@ -30,7 +30,7 @@ ANSWER_S = 0.2
 WAIT_S = 120.0  # a loaded machine shared with other work
 
 
-@pytest_lsp.fixture(config=CONFIG)
+@pytest_lsp.fixture(config=CONFIG)  # type: ignore[untyped-decorator]  # pytest-lsp leaves it unannotated
 async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
     yield lsp_client
     if not lsp_client.error:
@@ -38,7 +38,7 @@ async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
 
 
 async def _status(client: LanguageClient) -> Any:
-    return await client.protocol.send_request_async("lookahead/status", None)
+    return await client.protocol.send_request_async("lookahead/status", None)  # type: ignore[no-untyped-call]  # pygls: unannotated
 
 
 async def _until_tokens(client: LanguageClient, tokens: int) -> None:

@@ -10,6 +10,7 @@ import shutil
 import struct
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -256,7 +257,7 @@ def test_typing_in_a_large_open_document_indexes_exactly_its_text(root: Path, to
     path = root / "pkg/big.py"
     lines = [f"def handler_{i}(request, count={i}):\n    return request.total * count + {i}\n" for i in range(1500)]
     text = "".join(lines)  # several tokenizer pieces
-    edits = [
+    edits: list[Callable[[str], str]] = [
         lambda t: t[:30_000] + "x" + t[30_000:],  # a key in the middle
         lambda t: t[:30_000] + t[30_001:],  # and its backspace
         lambda t: t[t.index("\n") + 1 :],  # the first line deleted
