@@ -20,9 +20,7 @@ or the same image and volumes): only paths travel, so a lost shard is recomputed
 
 from __future__ import annotations
 
-import heapq
 import logging
-import math
 import operator
 import stat
 import sys
@@ -38,6 +36,7 @@ from distributed import Client, Future, LocalCluster, as_completed
 
 from lookahead_lsp._lookup import StaticCacheBuilder
 from lookahead_lsp.cluster_progress import PROGRESS_TOPIC, ClusterProgress, ShardReporter
+from lookahead_lsp.cluster_shards import Shard, list_sizes, make_shards, shard_count
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.tokenizer import Tokenizer, tokenize_files
 
@@ -49,17 +48,6 @@ MERGE_FAN_IN = 4
 # keeps the tasks (shards x partitions pieces) in the thousands.
 MAX_PARTITIONS = 64
 _CONNECT_SECONDS = 30.0
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Files counted by one task; roots are the repositories they come from (checked on the
-    worker, so that a worker without them fails loudly instead of counting nothing)."""
-
-    index: int
-    roots: tuple[str, ...]
-    paths: tuple[str, ...]
-    n_bytes: int
 
 
 @dataclass
@@ -88,59 +76,6 @@ class ClusterStats:
 
 class WorkerSetupError(RuntimeError):
     """A worker cannot take part: it lacks a repository, or has another model at that path."""
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """A listed file, its size when listed, and the index of its repository."""
-
-    path: str
-    size: int
-    repository: int
-
-
-def list_sizes(repositories: list[tuple[Path, list[Path]]]) -> list[SourceFile]:
-    """The files of repositories ((root, files)) with their sizes."""
-    return [
-        SourceFile(str(path), _size(path), i)
-        for i, (_root, paths) in enumerate(repositories)
-        for path in paths
-    ]
-
-
-def make_shards(files: list[SourceFile], roots: list[Path], n_shards: int) -> list[Shard]:
-    """files dealt into at most n_shards shards of similar total size: largest file first, each
-    to the lightest shard so far. Deterministic."""
-    n_shards = max(1, min(n_shards, len(files)))
-    heap = [(0, i) for i in range(n_shards)]
-    members: list[list[SourceFile]] = [[] for _ in range(n_shards)]
-    for file in sorted(files, key=lambda f: (-f.size, f.path)):
-        load, i = heapq.heappop(heap)
-        members[i].append(file)
-        heapq.heappush(heap, (load + file.size, i))
-    loads = {i: load for load, i in heap}
-    return [
-        Shard(
-            index=i,
-            roots=tuple(sorted({str(roots[f.repository]) for f in shard})),
-            paths=tuple(f.path for f in shard),
-            n_bytes=loads[i],
-        )
-        for i, shard in enumerate(members)
-    ]
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:  # vanished: skipped when its shard is counted
-        return 0
-
-
-def shard_count(total_bytes: int, n_files: int, shard_bytes: int, n_threads: int) -> int:
-    """Enough shards to keep each near shard_bytes, and at least four per worker thread (when
-    there are files enough) so that a slow or lost worker is a small part of the run."""
-    return max(1, min(n_files, max(math.ceil(total_bytes / shard_bytes), 4 * n_threads)))
 
 
 def count_shard(

@@ -30,13 +30,11 @@ from distributed import Client  # noqa: E402
 
 from lookahead_lsp.cluster_build import (  # noqa: E402
     Counts,
-    Shard,
-    SourceFile,
     WorkerSetupError,
     count_shard,
-    make_shards,
     split_counts,
 )
+from lookahead_lsp.cluster_shards import Shard, SourceFile, make_shards  # noqa: E402
 from lookahead_lsp.tokenizer import Tokenizer  # noqa: E402
 
 N_VOCAB = 50
