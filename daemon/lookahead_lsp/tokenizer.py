@@ -215,9 +215,8 @@ def _line_marks(data: bytes, ends: npt.NDArray[np.intp]) -> npt.NDArray[np.uint6
     pairs[0] = _NEWLINE << 8  # a line's first pair is (newline, first byte) wherever it sits
     pairs[1:] = text[:-1] << 8
     pairs |= text
-    sums = np.cumsum(_PAIR_WEIGHTS[pairs])[ends]  # uint64: wraps around, as wanted
-    sums[1:] -= sums[:-1].copy()
-    return _mixed(sums)
+    running = np.cumsum(_PAIR_WEIGHTS[pairs])[ends]  # uint64: wraps around, as wanted
+    return _mixed(np.diff(running, prepend=np.uint64(0)))
 
 
 def _mixed(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:

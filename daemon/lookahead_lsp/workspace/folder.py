@@ -7,11 +7,12 @@ The thread indexes the folder once, starts the watcher, then applies the editor'
 editor's text enters through a queue that keeps the latest text per path (None: the document
 was closed, back to the disk's content): recording it is all the caller's thread does, so a
 keystroke costs nothing there whatever the file's size; the thread tokenizes each document once
-per batch, `debounce_s` after the batch's first change. A batch re-tokenizes the pieces an edit
-changed but replaces all of a document's n-grams, which in a large one still costs a tenth of a
-second or more: the next batch then waits until the thread has spent at most
-EDITOR_INDEXING_SHARE of its time indexing, leaving the cores to the model while the user types. Completions carry their document's text themselves, so only the index lags, by
-about the debounce (longer in a large document)."""
+per batch, `debounce_s` after the batch's first change. A batch re-tokenizes only the pieces an
+edit changed and recounts only the n-grams it touched, yet still finds the pieces and hashes the
+whole text: after a costly batch the next one waits until the thread has spent at most
+EDITOR_INDEXING_SHARE of its time indexing, leaving the cores to the model while the user
+types. Completions carry their document's text themselves, so only the index lags, by about the
+debounce (longer in a large document)."""
 
 from __future__ import annotations
 

@@ -53,8 +53,8 @@ class IndexedFiles:
         are the same in both; the others have their follower in the changed span or in the
         NGRAM_MAX tokens after it."""
         head, tail = _shared_ends(old, new)
+        start = max(0, head - NGRAM_MAX)
         for tokens, update in ((new, self.cache.add), (old, self.cache.remove)):
-            start = max(0, head - NGRAM_MAX)
             end = min(len(tokens), len(tokens) - tail + NGRAM_MAX)
             update(tokens[start:end], head - start)
 
