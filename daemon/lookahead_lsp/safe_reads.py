@@ -63,6 +63,11 @@ def read_regular_file(path: Path, max_bytes: int) -> bytes:
         return read_capped(file, status, max_bytes)
 
 
+def is_inside(real_path: str, real_root: str) -> bool:
+    """Whether a real path (no symlinks, as os.path.realpath gives) is real_root or under it."""
+    return real_path == real_root or real_path.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
 def _open(path: Path, flags: int) -> int:
     try:
         return os.open(path, flags)

@@ -13,10 +13,12 @@ import json
 import sys
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from lookahead_lsp.workspace.gitignore import compile_patterns
 
 SECTION = "lookahead"
 
@@ -54,6 +56,20 @@ class SettingSpec:
     minimum: int | float | None = None
     maximum: int | float | None = None
     choices: Mapping[str, str] | None = None  # allowed value -> what it means
+    check: Callable[[Any], None] | None = None  # raises ValueError, saying why, for a bad value
+
+
+# A workspace folder's matcher holds each pattern as a compiled automaton.
+MAX_IGNORE_GLOBS = 256
+_MAX_GLOB_CHARS = 1024
+
+
+def _check_ignore_globs(globs: tuple[str, ...]) -> None:
+    if len(globs) > MAX_IGNORE_GLOBS:
+        raise ValueError(f"at most {MAX_IGNORE_GLOBS} patterns")
+    if any(len(glob) > _MAX_GLOB_CHARS for glob in globs):
+        raise ValueError(f"a pattern over {_MAX_GLOB_CHARS} characters")
+    compile_patterns(globs)
 
 
 def _setting(default: Any, description: str, **spec: Any) -> Any:
@@ -86,7 +102,12 @@ class Settings:
         "Static n-gram cache file, an absolute path (or `~/...`). Empty: `.lookahead/static.cache` in each workspace folder.",
         scope=MACHINE_OVERRIDABLE,
     )
-    ignore_globs: tuple[str, ...] = _setting((), "Glob patterns of files to leave out of the workspace index.")
+    ignore_globs: tuple[str, ...] = _setting(
+        (),
+        f"Glob patterns (gitignore syntax, at most {MAX_IGNORE_GLOBS}) of files to leave out of the workspace index.",
+        scope=MACHINE_OVERRIDABLE,
+        check=lambda globs: _check_ignore_globs(globs),
+    )
     threads: int | None = _setting(
         None, "CPU threads for the model. Empty: the daemon's choice.", scope=MACHINE_OVERRIDABLE, minimum=1, maximum=256
     )
@@ -134,13 +155,18 @@ class Setting:
         """The value for Settings; ValueError (saying what is expected) for anything else."""
         if self.nullable and (value is None or (self.json_type == "string" and value == "")):
             return None
+        parsed: Any
         if self.json_type == "string":
-            return self._text(value)
-        if self.json_type == "array":
+            parsed = self._text(value)
+        elif self.json_type == "array":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError("expected a list of strings")
-            return tuple(value)
-        return self._number(value)
+            parsed = tuple(value)
+        else:
+            parsed = self._number(value)
+        if self.spec.check is not None:
+            self.spec.check(parsed)
+        return parsed
 
     def _text(self, value: Any) -> str:
         choices = self.spec.choices

@@ -11,7 +11,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from lookahead_lsp.workspace.files import Unindexable, is_inside, read_source
+from lookahead_lsp.safe_reads import is_inside
+from lookahead_lsp.workspace.files import Unindexable, read_source
 
 
 def read_unopened(path: Path, real_roots: Iterable[Path], max_bytes: int) -> str | None:

@@ -241,6 +241,21 @@ async def test_configuration_is_validated(client: LanguageClient, workspace: Pat
     assert (await _status(client))["draft"] == "lookup"  # the bad value was refused
 
 
+@pytest.mark.asyncio
+async def test_hostile_ignore_patterns_neither_freeze_nor_stop_the_folder(client: LanguageClient, workspace: Path) -> None:
+    # A .gitignore pattern that backtracks for minutes in a regex engine that can, a file name
+    # that makes it, and an ignoreGlobs value that is not a pattern.
+    (workspace / ".gitignore").write_text("*a" * 14 + "*b\n")
+    (workspace / ("a" * 60 + ".py")).write_text("x = 1\n")
+    await _start(client, workspace, {"ignoreGlobs": ["!"]})
+    status = await _ready(client)
+    assert status["index"]["state"] == "ready"
+    [refused] = [m.message for m in client.messages if "lookahead.ignoreGlobs" in m.message]
+    assert '["!"] refused' in refused and "\n" not in refused
+    await client.protocol.send_request_async("lookahead/rebuildIndex", None)  # type: ignore[no-untyped-call]
+    assert (await _ready(client))["index"]["state"] == "ready"
+
+
 async def _async(value: bool) -> bool:
     return value
 

@@ -103,6 +103,10 @@ def test_values_an_editor_sends_are_taken(key: str, value: object, expected: obj
         ("contextSize", None),
         ("ignoreGlobs", "*.js"),
         ("ignoreGlobs", [1]),
+        ("ignoreGlobs", ["!"]),  # not a pattern: refused here, not an error in the folder's thread
+        ("ignoreGlobs", ["*.log", "\\"]),
+        ("ignoreGlobs", [f"gen_{i}.py" for i in range(257)]),
+        ("ignoreGlobs", ["a" * 1025]),
         ("modelPath", 3),
         ("debounceMs", 2001),
     ],
@@ -112,6 +116,19 @@ def test_bad_values_keep_the_current_one(key: str, value: object) -> None:
     assert update.settings == Settings() and not update.changed
     [problem] = update.problems
     assert problem.startswith(f"lookahead.{key}: ") and "refused" in problem and "\n" not in problem
+
+
+def test_a_refused_ignore_glob_names_the_setting_and_the_pattern() -> None:
+    [problem] = apply_update(Settings(), {"ignoreGlobs": ["*.log", "!"]}).problems
+    assert problem == 'lookahead.ignoreGlobs: ["*.log", "!"] refused (Invalid git pattern: \'!\'); keeping []'
+
+
+def test_settings_that_choose_files_hardware_or_what_is_left_out_need_a_trusted_workspace() -> None:
+    manifest = json.loads(PACKAGE_JSON.read_text(encoding="utf-8"))
+    restricted = set(manifest["capabilities"]["untrustedWorkspaces"]["restrictedConfigurations"])
+    machine_overridable = {f"lookahead.{s.key}" for s in SCHEMA if s.spec.scope == "machine-overridable"}
+    assert "lookahead.ignoreGlobs" in machine_overridable
+    assert machine_overridable <= restricted
 
 
 def test_not_an_object_changes_nothing() -> None:

@@ -1,4 +1,4 @@
-"""Which files of a workspace get indexed: git's tracked files, or a .gitignore-honouring walk;
+"""Which files of a workspace get indexed: a checkout's tracked files, or a .gitignore-honouring walk;
 binary, generated and oversized files left out and counted."""
 
 from __future__ import annotations
@@ -157,62 +157,6 @@ def test_walk_does_not_follow_folder_symlinks(tmp_path: Path) -> None:
 
     assert _relative(root, listed.files) == ["alias.py", "real/a.py"]
     assert listed.skipped == {}
-
-
-def _hostile_checkout(tmp_path: Path, variant: str) -> tuple[Path, Path]:
-    """A checkout whose .git/config would run a command that creates the returned file."""
-    repo, pwned = tmp_path / "repo", tmp_path / "PWNED"
-    _write(repo, "main.py", "print('hi')\n")
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "initial")
-    script = _write(tmp_path / "hooks", "attack", f"#!/bin/sh\ntouch '{pwned}'\nexit 1\n")
-    script.chmod(0o755)
-    with (repo / ".git" / "config").open("a") as config:
-        if variant == "fsmonitor command":
-            config.write(f"[core]\n\tfsmonitor = \"touch '{pwned}'; false\"\n")
-        else:
-            # The hook form of fsmonitor, from a file the config includes, next to hooks that
-            # run whenever git writes the index (the untracked cache invites that).
-            _write(repo / ".git", "extra.cfg", f"[core]\n\tfsmonitor = {script}\n")
-            (tmp_path / "hooks" / "post-index-change").symlink_to(script)
-            config.write(
-                f"[include]\n\tpath = extra.cfg\n[core]\n\thooksPath = {tmp_path / 'hooks'}\n"
-                "\tuntrackedCache = true\n"
-            )
-    return repo, pwned
-
-
-@needs_git
-@pytest.mark.parametrize("variant", ["fsmonitor command", "fsmonitor hook, included"])
-def test_the_repository_config_runs_nothing(tmp_path: Path, variant: str) -> None:
-    repo, pwned = _hostile_checkout(tmp_path, variant)
-    _write(repo, "new.py")
-
-    assert _relative(repo, list_source_files(repo).files) == ["main.py"]
-    assert _relative(repo, list_source_files(repo, untracked=True).files) == ["main.py", "new.py"]
-    assert not pwned.exists()
-
-
-@needs_git
-def test_a_checkout_git_refuses_is_walked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repo, pwned = _hostile_checkout(tmp_path, "fsmonitor command")
-    _write(repo, "untracked.py")
-    _write(repo, ".gitignore", "*.log\n")
-    _write(repo, "debug.log")
-    # How git's own tests make a checkout look owned by another user: git then refuses it
-    # (safe.directory), as it would a folder on a shared drive.
-    monkeypatch.setenv("GIT_TEST_ASSUME_DIFFERENT_OWNER", "1")
-    refused = subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True, check=False)
-    if refused.returncode == 0:
-        pytest.skip("this git does not check who owns a checkout")
-    pwned.unlink(missing_ok=True)
-
-    listed = list_source_files(repo)
-
-    # Untracked files too: the walk knows nothing of git's index.
-    assert _relative(repo, listed.files) == [".gitignore", "main.py", "untracked.py"]
-    assert not pwned.exists()
 
 
 @pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks")

@@ -117,3 +117,20 @@ def test_the_folders_repository_cache_is_opened_and_verified(tokenizer: Tokenize
         assert client.status_changes == told + 1
     finally:
         folder.stop(save=False)
+
+
+def test_a_lookahead_folder_that_leads_out_of_the_workspace_is_not_used(
+    tokenizer: Tokenizer, root: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    builder = StaticCacheBuilder(tokenizer.n_vocab)
+    builder.add(tokenizer.tokenize(MAIN * 3))
+    builder.write(str(elsewhere / STATIC_CACHE_NAME.name), tokenizer.fingerprint)
+    (root / STATIC_CACHE_NAME.parent).symlink_to(elsewhere, target_is_directory=True)
+    folder, client = _start(tokenizer, root, tmp_path / "cache")
+    try:
+        assert folder.caches()[1] is None and folder.status().repository_cache is None
+        assert len(client.matching("leads out of the folder")) == 1
+    finally:
+        folder.stop(save=False)

@@ -1,26 +1,27 @@
 """Which files of a repository or folder are source worth indexing.
 
-In a git checkout the answer starts from git's tracked files; elsewhere from a walk of the tree
-that honours .gitignore files. Either way binary, generated and oversized files are left out
-and counted by reason, and so are files whose real path leaves the folder (a symlink out of it).
+In a git checkout the answer starts from the files its index tracks; elsewhere from a walk of
+the tree that honours .gitignore files. Either way binary, generated and oversized files are left
+out and counted by reason, and so are files whose real path leaves the folder (a symlink out of
+it).
 
-The folder's content is not trusted: git runs with every setting that could make it run a
-program overridden (see run_git), and a file is read only when it is a regular file inside the
-folder (see read_source)."""
+The folder's content is not trusted: no git process runs (the index is read as data, see
+git_index.py), and a file is read only when it is a regular file inside the folder (see
+read_source)."""
 
 from __future__ import annotations
 
 import errno
 import fnmatch
 import os
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterator
+from typing import Iterable, Iterator
 
-from lookahead_lsp.safe_reads import FileTooLargeError, NotRegularFileError, open_regular_file, read_capped
-from lookahead_lsp.workspace.gitignore import IgnoreRules, SpecOf, spec_reader
+from lookahead_lsp.safe_reads import FileTooLargeError, NotRegularFileError, is_inside, open_regular_file, read_capped
+from lookahead_lsp.workspace.git_index import find_checkout
+from lookahead_lsp.workspace.gitignore import IgnoreRules, SpecOf, spec_reader, user_excludes
 
 DEFAULT_MAX_BYTES = 1 << 20
 
@@ -84,31 +85,6 @@ _GENERATED_GLOBS = (
     "*.pyc",
 )
 
-_GIT_REDIRECTS = frozenset(
-    {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY"}
-)
-# The repository's own config (.git/config and what it includes) is written by whoever made the
-# folder, so each setting with which it could make `git ls-files` run a program is overridden:
-# "-c" takes precedence over every config file. The system and global config files are the
-# administrator's and the user's, not the folder's, and are kept: they hold safe.directory and
-# core.excludesFile, which decide which folders git opens and which untracked files it lists,
-# as for the user's own git.
-_GIT_OVERRIDES = (
-    # The hook (or builtin daemon) that git asks what changed before it reads the working tree.
-    "core.fsmonitor=false",
-    # Hooks git runs when it writes the index (post-index-change): ls-files writes none today,
-    # and GIT_OPTIONAL_LOCKS=0 below asks it not to, so this only guards later git versions.
-    "core.hooksPath=/dev/null",
-)
-_GIT_ENVIRONMENT = {
-    # Never ask for credentials on a terminal the daemon does not have.
-    "GIT_TERMINAL_PROMPT": "0",
-    # No opportunistic index refresh: nothing written into the user's .git by a background job.
-    "GIT_OPTIONAL_LOCKS": "0",
-}
-# ls-files takes about a second for a few hundred thousand files; a git that takes this long
-# is stuck (a network file system, a lock) and the walk is the better answer.
-GIT_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -121,7 +97,7 @@ class SourceFiles:
 
 
 def list_source_files(root: Path, max_bytes: int = DEFAULT_MAX_BYTES, untracked: bool = False) -> SourceFiles:
-    """The source files under root: git's tracked files when root is inside a git checkout
+    """The source files under root: the files git tracks when root is inside a git checkout
     (with untracked: also the files git would not ignore but has not been told of, as in a
     live workspace where new files are written before they are added), otherwise every file
     not excluded by a .gitignore (nested ones included). A root inside a checkout with nothing
@@ -132,7 +108,15 @@ def list_source_files(root: Path, max_bytes: int = DEFAULT_MAX_BYTES, untracked:
     files that vanish meanwhile are left out uncounted."""
     root = Path(root)
     real_root = os.path.realpath(root)
-    candidates = _git_listed_files(root, untracked) or _walk_unignored(root)
+    checkout = find_checkout(root)
+    candidates: Iterable[PurePosixPath]
+    if checkout is None:
+        candidates = _walk_unignored(root)
+    elif untracked:
+        base = user_excludes(checkout.git_dir if checkout.top == Path(real_root) else None)
+        candidates = sorted(set(checkout.files).union(_walk_unignored(root, base)))
+    else:
+        candidates = checkout.files
     result = SourceFiles()
     reasons: Counter[str] = Counter()
     for relative in candidates:
@@ -202,11 +186,6 @@ def read_source(
         raise Unindexable(MISSING if gone else UNREADABLE) from None
 
 
-def is_inside(real_path: str, real_root: str) -> bool:
-    """Whether a real path (no symlinks, as os.path.realpath gives) is real_root or under it."""
-    return real_path == real_root or real_path.startswith(real_root.rstrip(os.sep) + os.sep)
-
-
 def _real_path_of(fd: int, path: Path) -> str:
     """Where the open file really is. Linux names it under /proc, which no change of the path
     after opening can fool; elsewhere the path is resolved again."""
@@ -242,42 +221,6 @@ def has_generated_marker(head: bytes) -> bool:
     return any(marker in lowered for marker in _MARKERS_ANY_CASE)
 
 
-def _git_listed_files(root: Path, untracked: bool = False) -> list[PurePosixPath] | None:
-    """Tracked files under root relative to it (and untracked ones git does not ignore); None
-    when root is not in a git checkout git will open, or git is not installed."""
-    others = ["--others", "--exclude-standard"] if untracked else []
-    listing = run_git(root, "ls-files", "-z", "--cached", *others)
-    if listing is None:
-        return None
-    return [PurePosixPath(os.fsdecode(name)) for name in listing.split(b"\0") if name]
-
-
-def run_git(root: Path, *args: str, timeout_s: float = GIT_TIMEOUT_S) -> bytes | None:
-    """The standard output of `git args` run in root, or None when git is not installed, fails
-    or runs over timeout_s. git refuses a checkout owned by another user unless safe.directory
-    (in the system or global config) allows it: then too the answer is None. Nothing from the
-    checkout's own config can make git run a program (see _GIT_OVERRIDES)."""
-    overrides = [option for setting in _GIT_OVERRIDES for option in ("-c", setting)]
-    # Variables that would point git at another repository or index than root's (git hooks set
-    # some of them) are left out.
-    environment = {
-        name: value for name, value in os.environ.items() if name not in _GIT_REDIRECTS
-    }
-    environment.update(_GIT_ENVIRONMENT)
-    try:
-        completed = subprocess.run(
-            ["git", "--no-pager", *overrides, "-C", str(root), *args],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            check=False,
-            env=environment,
-            timeout=timeout_s,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return completed.stdout if completed.returncode == 0 else None
-
-
 def is_skipped_folder_name(name: str) -> bool:
     """Whether a folder of this name is never entered: version control, dependencies, builds."""
     return name in _VCS_DIRS or name in _GENERATED_DIRS
@@ -288,15 +231,17 @@ def walk_unignored(
     under: PurePosixPath = PurePosixPath(),
     with_files: bool = True,
     spec_of: SpecOf | None = None,
+    base: IgnoreRules | None = None,
 ) -> Iterator[tuple[PurePosixPath, bool]]:
     """The folders (and with_files, the files) below root/under that the .gitignore files do
     not exclude, relative to root, each with whether it is a folder; a folder comes before
     what it holds. Version control and generated folders and those a rule excludes are not
     entered (as in git, a negation cannot re-include a file inside them), nor are folder
     symlinks. `under` itself is taken as given: the caller decides whether it counts.
-    spec_of: where the .gitignore files' patterns come from (default: read from disk)."""
+    spec_of: where the .gitignore files' patterns come from (default: read from disk); base:
+    rules below every .gitignore (git's info/exclude and the user's excludes file)."""
     spec_of = spec_of or spec_reader(root)
-    pending = [(root / under, under, IgnoreRules.above(spec_of, under))]
+    pending = [(root / under, under, IgnoreRules.above(spec_of, under, base or IgnoreRules()))]
     while pending:
         folder, relative, rules = pending.pop()
         rules = rules.with_folder(spec_of, relative)
@@ -323,6 +268,6 @@ def walk_unignored(
         pending.extend(reversed(subfolders))
 
 
-def _walk_unignored(root: Path) -> Iterator[PurePosixPath]:
+def _walk_unignored(root: Path, base: IgnoreRules | None = None) -> Iterator[PurePosixPath]:
     """The files of walk_unignored(root)."""
-    return (relative for relative, is_dir in walk_unignored(root) if not is_dir)
+    return (relative for relative, is_dir in walk_unignored(root, base=base) if not is_dir)

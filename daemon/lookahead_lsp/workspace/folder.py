@@ -28,6 +28,7 @@ from typing import Protocol
 from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.repository_cache import open_repository_cache
+from lookahead_lsp.safe_reads import is_inside
 from lookahead_lsp.tokenizer import Tokenizer
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.index_stats import IndexProgress, IndexStatus
@@ -285,6 +286,11 @@ class WorkspaceFolder:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path}: {error.strerror}")
             return
         self._repository_stamp = _stamp(info)
+        # The folder's own cache must be the folder's: a .lookahead symlink out of it would
+        # draft from whatever file it names.
+        if self._settings.repository_cache is None and not is_inside(os.path.realpath(path), os.path.realpath(self.root)):
+            self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} leads out of the folder")
+            return
         if not stat.S_ISREG(info.st_mode):  # a FIFO would block the open, a device never end
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} is not a regular file")
             return

@@ -17,18 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
-import pathspec
-
+from lookahead_lsp.safe_reads import is_inside
 from lookahead_lsp.workspace.files import (
     Unindexable,
     has_generated_marker,
     is_generated_path,
-    is_inside,
     is_skipped_folder_name,
     read_source,
     walk_unignored,
 )
-from lookahead_lsp.workspace.gitignore import GitignoreCache, gitignored
+from lookahead_lsp.workspace.gitignore import GitignoreCache, compile_patterns, gitignored
 
 # A file's (size, mtime) vouches for the content read only when the mtime was this much older
 # than the read: file systems stamp with a coarse clock (milliseconds, whole seconds on some), so
@@ -56,7 +54,7 @@ class FolderRules:
     def __init__(self, root: Path, ignore: Sequence[str], max_bytes: int) -> None:
         self.root = root
         self.max_bytes = max_bytes
-        self._ignore = pathspec.GitIgnoreSpec.from_lines(list(ignore))
+        self._ignore = compile_patterns(ignore)
         self._gitignores = GitignoreCache(root)
 
     def excludes(self, relative: PurePosixPath, known: bool) -> bool:

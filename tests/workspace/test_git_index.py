@@ -1,0 +1,243 @@
+"""A checkout's tracked files come from its index, read as data: whatever the repository's config
+says, listing its files runs no program, and an index git would have to repair or expand
+first, or one that is damaged or crafted, leaves a walk of the folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lookahead_lsp.workspace.files import list_source_files
+from lookahead_lsp.workspace.git_index import find_checkout
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+pytestmark = [pytest.mark.usefixtures("hermetic_git"), needs_git]
+
+
+def _write(root: Path, relative: str, content: str = "x = 1\n") -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+    return path
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com",
+         "-c", "commit.gpgsign=false", *args],
+        cwd=repo, check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def _relative(root: Path, files: list[Path]) -> list[str]:
+    return [path.relative_to(root).as_posix() for path in files]
+
+
+def _checkout(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    _write(repo, "main.py")
+    _write(repo, "a/x.py")
+    _write(repo, "b/y.py")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "initial")
+    return repo
+
+
+def _listed_in_time(root: Path, untracked: bool = False) -> list[str]:
+    """The listing, taken on a thread so that a listing that blocks fails the test instead of
+    hanging it."""
+    result: list[list[str]] = []
+    worker = threading.Thread(
+        target=lambda: result.append(_relative(root, list_source_files(root, untracked=untracked).files)), daemon=True
+    )
+    worker.start()
+    worker.join(30.0)
+    assert result, "listing the folder did not end"
+    return result[0]
+
+
+def _fake_git_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A `git` first on PATH that leaves a mark when anything runs it."""
+    marker = tmp_path / "git-ran"
+    fake = _write(tmp_path / "bin", "git", f"#!/bin/sh\ntouch '{marker}'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    return marker
+
+
+def test_listing_a_checkout_runs_no_git_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = _checkout(tmp_path)
+    _write(repo, "new.py")
+    marker = _fake_git_on_path(tmp_path, monkeypatch)
+
+    assert _listed_in_time(repo) == ["a/x.py", "b/y.py", "main.py"]
+    assert _listed_in_time(repo, untracked=True) == ["a/x.py", "b/y.py", "main.py", "new.py"]
+    assert not marker.exists()
+
+
+def _partial_clone_with_a_missing_tree(repo: Path, pwned: Path) -> None:
+    """The audit's attack: a sparse index whose folder entry names a tree that is not there, in
+    a checkout that says it is a partial clone, so git fetches the tree through the remote's
+    ssh command."""
+    _git(repo, "sparse-checkout", "init", "--cone", "--sparse-index")
+    _git(repo, "sparse-checkout", "set", "a")
+    tree = subprocess.run(["git", "rev-parse", "HEAD:b"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    (repo / ".git" / "objects" / tree[:2] / tree[2:]).unlink()
+    for key, value in [
+        ("core.repositoryformatversion", "1"),
+        ("extensions.partialClone", "origin"),
+        ("remote.origin.url", "ssh://example.invalid/x"),
+        ("remote.origin.promisor", "true"),
+        ("core.sshCommand", f"touch '{pwned}'; false"),
+    ]:
+        _git(repo, "config", key, value)
+
+
+def _config(repo: Path, tmp_path: Path, pwned: Path, mechanism: str) -> None:
+    """A .git/config (and what it names) that makes git run a command creating `pwned` through
+    one of git's mechanisms for running programs."""
+    script = _write(tmp_path / "attack", "run", f"#!/bin/sh\ntouch '{pwned}'\nexit 1\n")
+    script.chmod(0o755)
+    settings: list[tuple[str, str]] = []
+    if mechanism == "lazy fetch over ssh":
+        _partial_clone_with_a_missing_tree(repo, pwned)
+    elif mechanism == "lazy fetch through a remote helper":
+        _partial_clone_with_a_missing_tree(repo, pwned)
+        settings = [("remote.origin.url", f"ext::{script}"), ("protocol.ext.allow", "always")]
+    elif mechanism == "fsmonitor command":
+        settings = [("core.fsmonitor", f"touch '{pwned}'; false")]
+    elif mechanism == "fsmonitor hook, included":
+        _write(repo / ".git", "extra.cfg", f"[core]\n\tfsmonitor = {script}\n")
+        settings = [("include.path", "extra.cfg")]
+    elif mechanism == "index hooks":
+        (tmp_path / "attack" / "post-index-change").symlink_to(script)
+        settings = [("core.hooksPath", str(tmp_path / "attack")), ("core.untrackedCache", "true")]
+    elif mechanism == "pager":
+        settings = [("core.pager", str(script)), ("pager.ls-files", "true")]
+    elif mechanism == "clean filter":
+        _write(repo, ".gitattributes", "*.py filter=evil\n")
+        settings = [("filter.evil.clean", str(script)), ("filter.evil.smudge", str(script))]
+    elif mechanism == "excludes file that is a FIFO":
+        fifo = tmp_path / "attack" / "excludes"
+        os.mkfifo(fifo)  # git opens it and waits for a writer
+        settings = [("core.excludesFile", str(fifo))]
+    for key, value in settings:
+        _git(repo, "config", key, value)
+
+
+MECHANISMS = [
+    "lazy fetch over ssh",
+    "lazy fetch through a remote helper",
+    "fsmonitor command",
+    "fsmonitor hook, included",
+    "index hooks",
+    "pager",
+    "clean filter",
+    "excludes file that is a FIFO",
+]
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_the_repository_config_runs_nothing_and_blocks_nothing(tmp_path: Path, mechanism: str) -> None:
+    repo, pwned = _checkout(tmp_path), tmp_path / "PWNED"
+    _config(repo, tmp_path, pwned, mechanism)
+    _write(repo, "new.py")
+
+    listed = _listed_in_time(repo)
+    live = _listed_in_time(repo, untracked=True)
+
+    assert not pwned.exists()
+    assert "main.py" in listed and "a/x.py" in listed
+    assert "new.py" in live
+
+
+def test_a_sparse_index_is_walked_as_a_plain_folder(tmp_path: Path) -> None:
+    repo, pwned = _checkout(tmp_path), tmp_path / "PWNED"
+    _partial_clone_with_a_missing_tree(repo, pwned)
+    assert not (repo / "b").exists()  # outside the sparse cone
+
+    assert find_checkout(repo) is None
+    assert _listed_in_time(repo) == ["a/x.py", "main.py"]
+
+
+def test_a_split_index_is_walked_as_a_plain_folder(tmp_path: Path) -> None:
+    repo = _checkout(tmp_path)
+    _git(repo, "update-index", "--split-index")
+    _write(repo, "a/x.py", "x = 2\n")
+    _git(repo, "add", "a/x.py")
+    _write(repo, "ignored.log")
+    _write(repo, ".gitignore", "*.log\n")
+
+    assert find_checkout(repo) is None
+    assert _listed_in_time(repo) == [".gitignore", "a/x.py", "b/y.py", "main.py"]
+
+
+def test_a_checkout_of_another_user_is_walked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = _checkout(tmp_path)
+    _write(repo, "untracked.py")
+    owner = os.lstat(repo / ".git").st_uid
+    # As git's safe.directory: a checkout someone else owns (a shared drive, /tmp) is not read.
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+
+    assert find_checkout(repo) is None
+    assert _listed_in_time(repo) == ["a/x.py", "b/y.py", "main.py", "untracked.py"]
+
+
+def test_a_worktree_gitdir_file_is_followed(tmp_path: Path) -> None:
+    repo = _checkout(tmp_path)
+    _git(repo, "worktree", "add", "-q", str(tmp_path / "second"))
+    _write(tmp_path / "second", "only_here.py")
+
+    assert _listed_in_time(tmp_path / "second") == ["a/x.py", "b/y.py", "main.py"]
+
+
+def test_index_names_that_leave_the_folder_are_dropped(tmp_path: Path) -> None:
+    repo = _checkout(tmp_path)
+    _write(tmp_path, "secret.py", "TOKEN = 1\n")
+    index = repo / ".git" / "index"
+    data = index.read_bytes()
+    # Rename "main.py" in place to a name of the same length that climbs out of the checkout.
+    crafted = data.replace(b"main.py", b"../s.py")
+    index.write_bytes(crafted)
+
+    checkout = find_checkout(repo)
+
+    assert checkout is not None
+    assert [path.as_posix() for path in checkout.files] == ["a/x.py", "b/y.py"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(min_value=0, max_value=400), flips=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=8))
+def test_a_damaged_index_is_no_index(tmp_path: Path, cut: int, flips: list[tuple[int, int]]) -> None:
+    repo = tmp_path / "fuzz"
+    if not repo.exists():
+        _checkout(tmp_path)
+        (tmp_path / "repo").rename(repo)
+        (tmp_path / "pristine").write_bytes((repo / ".git" / "index").read_bytes())
+    data = bytearray((tmp_path / "pristine").read_bytes())
+    for offset, value in flips:
+        if offset < len(data):
+            data[offset] = value
+    (repo / ".git" / "index").write_bytes(bytes(data[: len(data) - cut] if cut else data))
+
+    checkout = find_checkout(repo)  # never raises
+
+    assert checkout is None or all(not path.is_absolute() and ".." not in path.parts for path in checkout.files)
+
+
+def test_an_index_that_is_a_fifo_is_not_waited_on(tmp_path: Path) -> None:
+    repo = _checkout(tmp_path)
+    (repo / ".git" / "index").unlink()
+    os.mkfifo(repo / ".git" / "index")
+    assert stat.S_ISFIFO(os.lstat(repo / ".git" / "index").st_mode)
+
+    assert _listed_in_time(repo) == ["a/x.py", "b/y.py", "main.py"]
