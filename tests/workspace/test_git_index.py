@@ -241,3 +241,13 @@ def test_an_index_that_is_a_fifo_is_not_waited_on(tmp_path: Path) -> None:
     assert stat.S_ISFIFO(os.lstat(repo / ".git" / "index").st_mode)
 
     assert _listed_in_time(repo) == ["a/x.py", "b/y.py", "main.py"]
+
+
+def test_the_search_for_a_checkout_stops_at_the_users_ceiling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = _checkout(tmp_path)
+    _write(repo, "a/untracked.py")
+    assert find_checkout(repo / "a") is not None
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(repo))
+
+    assert find_checkout(repo / "a") is None
+    assert _listed_in_time(repo / "a") == ["untracked.py", "x.py"]

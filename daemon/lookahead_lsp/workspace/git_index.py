@@ -45,7 +45,11 @@ def find_checkout(root: Path) -> Checkout | None:
     no checkout this reader can trust and read (see the module docstring), or nothing under
     root is tracked."""
     real_root = Path(os.path.realpath(root))
+    # As git: the user's GIT_CEILING_DIRECTORIES are folders the search does not go up into.
+    ceilings = {os.path.realpath(c) for c in os.environ.get("GIT_CEILING_DIRECTORIES", "").split(os.pathsep) if c}
     for top in (real_root, *real_root.parents):
+        if top != real_root and str(top) in ceilings:
+            return None
         if not os.path.lexists(top / ".git"):
             continue
         git_dir = _git_dir(top)
