@@ -9,6 +9,13 @@ from typing import Callable, Sequence
 from lookahead_lsp import __version__
 from lookahead_lsp.engine.runtime import SAMPLING_MODES
 
+DESCRIPTION = """\
+Inline code completions from a GGUF model on your own machine, for any editor that speaks
+the Language Server Protocol (VS Code, Neovim, Emacs, Helix, ...). `serve` is what editors
+start; `complete` prints one completion at a place in a file; the cache commands prebuild a
+repository's n-gram cache, which makes drafting faster; `models` lists, pulls and describes
+code models."""
+
 
 def _build_cache(args: argparse.Namespace) -> int:
     from lookahead_lsp.cache_commands import build_cache
@@ -48,7 +55,7 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lookahead-lsp", description=__doc__)
+    parser = argparse.ArgumentParser(prog="lookahead-lsp", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"lookahead-lsp {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
