@@ -110,7 +110,7 @@ vsix: $(CLIENT)/node_modules/.installed
 
 # The extension's own logic, under Node's test runner.
 test-vscode: $(CLIENT)/node_modules/.installed
-	cd $(CLIENT) && npm test --silent
+	cd $(CLIENT) && LOOKAHEAD_TEST_PYTHON=$(abspath $(PY)) npm test --silent
 
 # The extension in a real VS Code with the real daemon and model, then with no daemon: the
 # extension installs one itself, from a local wheelhouse of this checkout's wheel and its

@@ -16,6 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import lookahead_lsp
 from lookahead_lsp.errors import UserError
 from lookahead_lsp.gguf_header import GgufError, read_header
 
@@ -100,6 +101,11 @@ def _probe_vocabulary(path: Path) -> tuple[int, tuple[FimToken, ...]]:
     try:
         done = subprocess.run(
             [sys.executable, "-m", "lookahead_lsp.model_info", os.fspath(path)],
+            # `python -m` puts its working folder first on the import path: the folder that
+            # holds this package is one already on it, where a repository the user stands in
+            # cannot shadow the package or a dependency (PYTHONSAFEPATH covers 3.11+ as well).
+            cwd=Path(lookahead_lsp.__file__).resolve().parents[1],
+            env={**os.environ, "PYTHONSAFEPATH": "1"},
             capture_output=True,
             text=True,
             timeout=_PROBE_TIMEOUT_S,

@@ -153,3 +153,25 @@ def test_header_reader_survives_any_damage(tiny_header: bytes, data: st.DataObje
         assert "\n" not in str(error)
     else:
         assert header.version in (2, 3)
+
+
+def test_info_imports_nothing_from_the_folder_it_is_run_in(tmp_path: Path) -> None:
+    # A cloned repository that is, or holds, a package named like ours or a dependency of ours:
+    # the vocabulary probe's `python -m` must not import it from the working folder.
+    clone = tmp_path / "clone"
+    marker = tmp_path / "imported"
+    for package in ("lookahead_lsp", "numpy", "llama_cpp"):
+        planted = clone / package / "__init__.py"
+        planted.parent.mkdir(parents=True)
+        planted.write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('shadowed')\n")
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path)
+    script = Path(sys.executable).parent / "lookahead-lsp"
+
+    done = subprocess.run(
+        [str(script), "models", "info", str(path)], cwd=clone, capture_output=True, text=True, timeout=300, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "vocabulary" in done.stdout
+    assert not marker.exists()

@@ -16,6 +16,13 @@ const FILE = 'shop/orders.py';
 const LINE = 18;
 const TYPED = 'if ';
 
+/** The process ids whose command line starts with `line`. */
+const daemonsRunning = (line) =>
+  execFileSync('ps', ['-eo', 'pid=,args=']).toString().split('\n')
+    .map((l) => /^\s*(\d+) (.*)$/.exec(l))
+    .filter((m) => m !== null && m[2].startsWith(line))
+    .map((m) => m[1]);
+
 /** The toast that holds this text, once VS Code shows it. */
 const toast = (page, text) => page.locator('.notification-toast', { hasText: text });
 
@@ -50,9 +57,15 @@ await scenario(async (page, run) => {
   if (leftovers.length > 0) throw new Error(`the install left ${leftovers.join(', ')} behind`);
 
   await daemonReady(page, 'the installed daemon to be ready', 120_000);
-  const serve = `${python} -m lookahead_lsp serve`;
+  const serve = `${python} -I -m lookahead_lsp serve`;
   if (!extensionLog().includes(`server running: ${serve}`)) throw new Error(`the server running is not ${serve}`);
-  step('installed daemon ready (status bar)');
+  // It runs in the empty folder of the extension's storage, not the home folder, where
+  // `python -m` would import whatever modules lie there.
+  const empty = fs.realpathSync(path.join(path.dirname(installed), 'empty'));
+  const cwds = daemonsRunning(serve).map((pid) => fs.readlinkSync(`/proc/${pid}/cwd`));
+  if (cwds.length === 0 || cwds.some((cwd) => cwd !== empty)) throw new Error(`the daemon runs in ${cwds.join(', ')}, not ${empty}`);
+  result.daemonCwd = cwds[0];
+  step('installed daemon ready (status bar), isolated, in the empty folder');
 
   await openAt(page, FILE, 'def remove_line', LINE, 9);
   result.ghost = await typeForGhost(page, run, TYPED, `${FILE}:${LINE}:${9 + TYPED.length}`);
@@ -72,7 +85,7 @@ await scenario(async (page, run) => {
     if (await statusBarIcon(page, 'error')) throw new Error('the installed daemon did not start after the reload');
     return statusBarIcon(page, 'check');
   }, 90_000, 250);
-  const running = execFileSync('ps', ['-eo', 'args']).toString().split('\n').filter((l) => l.startsWith(serve));
+  const running = daemonsRunning(serve);
   result.installedDaemonsAfterReload = running.length;
   if (running.length === 0) throw new Error(`no process runs ${serve}`);
   step('window reloaded: the installed daemon runs, no offer');

@@ -46,6 +46,7 @@ import {
 } from './logic';
 import { DaemonChoice, MIN_PYTHON, VERIFY_DAEMON_ARGS, checkInstallSpec, chooseDaemon, privateVenvFolder } from './install';
 import { findPython, installDaemon } from './installer';
+import { Launch, ensureWorkingFolder, formatLaunch, launchFor, workingFolder } from './launch';
 
 const STATUS_REQUEST = 'lookahead/status';
 const STATUS_CHANGED_NOTIFICATION = 'lookahead/statusChanged';
@@ -95,10 +96,6 @@ function openSettings(query = 'lookahead.'): void {
   void vscode.commands.executeCommand('workbench.action.openSettings', query);
 }
 
-/** Where the server and build-cache start: never a workspace folder, where `python -m` would
- * import the repository's own modules first. Their arguments carry absolute paths. */
-const PROCESS_CWD = os.homedir();
-
 /** The extension while it is active: one language client at a time (replaced on restart), the
  * status bar item that mirrors the daemon, and the commands. */
 class LookaheadExtension implements vscode.Disposable {
@@ -123,6 +120,10 @@ class LookaheadExtension implements vscode.Disposable {
   private restartTimer: NodeJS.Timeout | undefined;
   /** The environment the extension installs the daemon into. */
   private readonly privateVenv: string;
+  /** Where every program of the extension runs (launch.ts): never a workspace folder nor the
+   * home folder, where `python -m` would import whatever modules lie there. Arguments carry
+   * absolute paths. */
+  private readonly cwd: string;
   private installing = false;
 
   /** declared: the settings package.json declares (declaredSettings). */
@@ -131,6 +132,7 @@ class LookaheadExtension implements vscode.Disposable {
     private readonly declared: readonly string[],
   ) {
     this.privateVenv = privateVenvFolder(storage);
+    this.cwd = this.prepareWorkingFolder(storage);
     this.settings = this.loadSettings();
     this.statusItem.name = 'Lookahead';
     this.statusItem.command = 'lookahead.showStatus';
@@ -163,6 +165,22 @@ class LookaheadExtension implements vscode.Disposable {
 
   log(line: string): void {
     this.out.info(line);
+  }
+
+  /** workingFolder(storage), or, when it cannot be made, a fresh private folder of the system's
+   * temporary folder (never the temporary folder itself: anyone may write there). */
+  private prepareWorkingFolder(storage: string): string {
+    const dir = workingFolder(storage);
+    const problem = ensureWorkingFolder(dir);
+    if (problem === undefined) return dir;
+    const fallback = fs.mkdtempSync(path.join(os.tmpdir(), 'lookahead-'));
+    this.log(`${problem}; programs run in ${fallback} instead`);
+    return fallback;
+  }
+
+  /** How a command line of this origin starts (launch.ts). */
+  private launch(line: CommandLine, origin: Origin): Launch {
+    return launchFor(line, origin, this.cwd, process.env);
   }
 
   private loadSettings(): LookaheadSettings {
@@ -202,13 +220,13 @@ class LookaheadExtension implements vscode.Disposable {
       else this.reportStartFailure(formatCommandLine(configured), located.error, configured.origin);
       return;
     }
-    const line = located.line;
-    const shown = formatCommandLine(line);
+    const launch = this.launch(located.line, configured.origin);
+    const shown = formatLaunch(launch);
 
-    this.log(`starting: ${shown}`);
+    this.log(`starting: ${shown} (in ${launch.cwd})`);
     // No `transport`: with TransportKind.stdio the client would append --stdio to the user's
     // command line, which a wrapper script may not accept. Stdio is what it uses anyway.
-    const serverOptions: ServerOptions = { command: line.command, args: line.args, options: { cwd: PROCESS_CWD } };
+    const serverOptions: ServerOptions = { command: launch.command, args: launch.args, options: { cwd: launch.cwd, env: launch.env } };
     let died = false;
     const clientOptions: LanguageClientOptions = {
       // Unsaved editors too: the daemon completes them from their text alone.
@@ -469,9 +487,9 @@ class LookaheadExtension implements vscode.Disposable {
     }
   }
 
-  private runLogged(line: CommandLine, token: vscode.CancellationToken): Promise<number> {
+  private runLogged(launch: Launch, token: vscode.CancellationToken): Promise<number> {
     return new Promise((resolve, reject) => {
-      const child = cp.spawn(line.command, line.args, { cwd: PROCESS_CWD, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = cp.spawn(launch.command, launch.args, { cwd: launch.cwd, env: launch.env, stdio: ['ignore', 'pipe', 'pipe'] });
       const cancel = token.onCancellationRequested(() => child.kill());
       child.stdout.on('data', (d: Buffer) => this.out.append(d.toString()));
       child.stderr.on('data', (d: Buffer) => this.out.append(d.toString()));
@@ -509,8 +527,8 @@ class LookaheadExtension implements vscode.Disposable {
       void vscode.window.showErrorMessage(text);
       return;
     }
-    const line = located.line;
-    const shown = formatCommandLine(line);
+    const launch = this.launch(located.line, configured.origin);
+    const shown = formatLaunch(launch);
     this.out.show(true);
     this.log(`running: ${shown}`);
     let code: number;
@@ -521,7 +539,7 @@ class LookaheadExtension implements vscode.Disposable {
           title: `Lookahead: building the static cache of ${folder.name}`,
           cancellable: true,
         },
-        (_progress, token) => this.runLogged(line, token),
+        (_progress, token) => this.runLogged(launch, token),
       );
     } catch (e) {
       this.log(`build-cache could not run (${message(e)}): ${shown}`);
@@ -569,7 +587,7 @@ class LookaheadExtension implements vscode.Disposable {
   }
 
   private async runInstall(spec: string): Promise<void> {
-    const python = await findPython(programSearch(), PROCESS_CWD);
+    const python = await findPython(programSearch(), this.cwd);
     if (!python.ok) {
       const text = `Lookahead: cannot install the daemon: ${python.error}. Install Python ${MIN_PYTHON.join('.')} or newer with its venv module, or set lookahead.serverCommand.`;
       this.log(text);
@@ -593,7 +611,7 @@ class LookaheadExtension implements vscode.Disposable {
           storage: path.dirname(this.privateVenv),
           spec,
           verifyArgs: VERIFY_DAEMON_ARGS,
-          cwd: PROCESS_CWD,
+          cwd: this.cwd,
           output: (line) => {
             if (line.trim() === '') return;
             this.out.info(line);

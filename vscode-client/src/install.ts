@@ -13,6 +13,7 @@ import {
   locateProgram,
   resolveServerCommand,
 } from './logic';
+import { ISOLATED } from './launch';
 
 /** What `lookahead.installSpec` installs when it is empty: the daemon and its default model. */
 export const DEFAULT_INSTALL_SPEC = DEFAULT_SETTINGS.installSpec;
@@ -42,7 +43,7 @@ export interface DaemonChoice {
 }
 
 /** The daemon to run, first found of: serverCommand; pythonPath; the private environment the
- * extension installed (its Python, as `python -m lookahead_lsp`, which keeps working after the
+ * extension installed (its Python, as `python -I -m lookahead_lsp`, which keeps working after the
  * environment was moved into place); `lookahead-lsp` on PATH. A broken serverCommand or
  * pythonPath is reported, not passed over: the user chose it. */
 export function chooseDaemon(
@@ -81,9 +82,12 @@ export function checkInstallSpec(
   return { ok: true, spec: expanded };
 }
 
-/** `python -m venv FOLDER`. */
+// The installer's Pythons all run isolated (launch.ts's ISOLATED): a module in the folder they
+// start in, or in the user's site-packages, must not replace venv, pip or what they import.
+
+/** `python -I -m venv FOLDER`. */
 export function venvCommand(python: string, folder: string): CommandLine {
-  return { command: python, args: ['-m', 'venv', folder] };
+  return { command: python, args: [ISOLATED, '-m', 'venv', folder] };
 }
 
 /** pip inside the environment, one plain line per step (no progress bars, no questions, no
@@ -92,16 +96,21 @@ export function venvCommand(python: string, folder: string): CommandLine {
 export function pipInstallCommand(venvPython: string, spec: string): CommandLine {
   return {
     command: venvPython,
-    args: ['-m', 'pip', 'install', '--disable-pip-version-check', '--no-input', '--progress-bar', 'off', spec],
+    args: [ISOLATED, '-m', 'pip', 'install', '--disable-pip-version-check', '--no-input', '--progress-bar', 'off', spec],
   };
 }
 
-/** Run with the environment's Python after pip: fails unless the daemon, its native core and
- * llama.cpp load, so that an environment that could not run is never put in place. */
+/** Run with the environment's Python after pip (verifyCommand): fails unless the daemon, its
+ * native core and llama.cpp load, so that an environment that could not run is never put in place. */
 export const VERIFY_DAEMON_ARGS: readonly string[] = [
   '-c',
   'import lookahead_lsp, lookahead_lsp._lookup, llama_cpp; print("lookahead-lsp", lookahead_lsp.__version__, "loads")',
 ];
+
+/** `python -I <verifyArgs>`: the check that the new environment loads, run isolated like pip. */
+export function verifyCommand(venvPython: string, verifyArgs: readonly string[]): CommandLine {
+  return { command: venvPython, args: [ISOLATED, ...verifyArgs] };
+}
 
 /** Interpreter names tried on PATH, in order: the system's own choice first, then the newest. */
 export function pythonCandidates(platform: string = process.platform): string[] {
@@ -112,6 +121,7 @@ export function pythonCandidates(platform: string = process.platform): string[] 
 /** Run by each candidate: its version, then whether it can make virtual environments (Debian
  * and Ubuntu ship ensurepip apart, in python3-venv). */
 export const PYTHON_PROBE_ARGS: readonly string[] = [
+  ISOLATED,
   '-c',
   'import sys; print("%d.%d" % sys.version_info[:2]); import ensurepip, venv; print("venv")',
 ];
@@ -129,9 +139,10 @@ export function parsePythonProbe(stdout: string): PythonProbe | undefined {
   return { version: [Number(version[1]), Number(version[2])], venv: lines[1] === 'venv' };
 }
 
-/** Why a probed interpreter cannot be used, or undefined when it can. */
-export function pythonUnusable(program: string, probe: PythonProbe | undefined): string | undefined {
-  if (probe === undefined) return `${program} did not run`;
+/** Why a probed interpreter cannot be used, or undefined when it can. output: the probe's last
+ * line, shown when it did not answer (a Python 2 says `Unknown option: -I`). */
+export function pythonUnusable(program: string, probe: PythonProbe | undefined, output = ''): string | undefined {
+  if (probe === undefined) return `${program} did not run${output === '' ? '' : ` (${output})`}`;
   const [major, minor] = probe.version;
   const version = `${major}.${minor}`;
   if (major < MIN_PYTHON[0] || (major === MIN_PYTHON[0] && minor < MIN_PYTHON[1])) {

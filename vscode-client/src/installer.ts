@@ -18,6 +18,7 @@ import {
   pythonUnusable,
   venvCommand,
   venvLayout,
+  verifyCommand,
 } from './install';
 
 /** Output kept for the error message: the end of it is what failed. */
@@ -26,6 +27,7 @@ const TAIL_CHARS = 16_384;
 const STALE_MS = 24 * 3600 * 1000;
 
 export interface RunOptions {
+  /** The folder it runs in (the extension's: launch.ts's workingFolder, which holds nothing). */
   cwd: string;
   env?: NodeJS.ProcessEnv;
   /** Every line of stdout and stderr as it comes. */
@@ -95,7 +97,7 @@ export async function findPython(search: ProgramSearch, cwd: string): Promise<Fo
     const program = located.line.command;
     tried.add(program);
     const probe = await runProcess({ command: program, args: [...PYTHON_PROBE_ARGS] }, { cwd, env: search.env, timeoutMs: 30_000 });
-    const why = pythonUnusable(program, parsePythonProbe(probe.stdout));
+    const why = pythonUnusable(program, parsePythonProbe(probe.stdout), lastLine(probe.tail));
     if (why === undefined) return { ok: true, python: program };
     reasons.push(why);
   }
@@ -110,8 +112,10 @@ export interface InstallOptions {
   storage: string;
   /** What pip installs (checkInstallSpec's). */
   spec: string;
-  /** Python arguments that must succeed in the new environment before it is put in place. */
+  /** Python arguments that must succeed in the new environment before it is put in place
+   * (run isolated: verifyCommand). */
   verifyArgs: readonly string[];
+  /** The folder the processes run in (launch.ts's workingFolder). */
   cwd: string;
   env?: NodeJS.ProcessEnv;
   platform?: string;
@@ -138,7 +142,7 @@ export async function installDaemon(o: InstallOptions): Promise<InstallResult> {
     const steps: [string, CommandLine][] = [
       ['creating a Python environment', venvCommand(o.python, partial)],
       [`pip install ${o.spec}`, pipInstallCommand(python, o.spec)],
-      ['checking that the daemon loads', { command: python, args: [...o.verifyArgs] }],
+      ['checking that the daemon loads', verifyCommand(python, o.verifyArgs)],
     ];
     for (const [stage, line] of steps) {
       o.stage(stage);

@@ -117,8 +117,11 @@ export interface ConfiguredCommand extends CommandLine {
 }
 
 /** How the server is started: serverCommand as given; else `<pythonPath> -m lookahead_lsp serve`;
- * else, when the extension installed a daemon, `<its python> -m lookahead_lsp serve`; else
- * `lookahead-lsp serve` from PATH. */
+ * else, when the extension installed a daemon, `<its python> -I -m lookahead_lsp serve`; else
+ * `lookahead-lsp serve` from PATH. The installed daemon runs in Python's isolated mode (`-I`: no
+ * working directory on sys.path, no user site-packages, no PYTHON* variables), for nothing
+ * outside its own environment belongs to it; a pythonPath interpreter may need its user
+ * site-packages or PYTHONPATH, so it gets launch.ts's safer path instead. */
 export function resolveServerCommand(
   s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath'>,
   installedPython?: string,
@@ -130,7 +133,7 @@ export function resolveServerCommand(
     return { command: s.pythonPath, args: ['-m', 'lookahead_lsp', 'serve'], origin: 'lookahead.pythonPath' };
   }
   if (installedPython !== undefined) {
-    return { command: installedPython, args: ['-m', 'lookahead_lsp', 'serve'], origin: 'installed' };
+    return { command: installedPython, args: ['-I', '-m', 'lookahead_lsp', 'serve'], origin: 'installed' };
   }
   return { command: 'lookahead-lsp', args: ['serve'], origin: 'default' };
 }

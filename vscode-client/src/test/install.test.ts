@@ -44,7 +44,7 @@ describe('which daemon runs', () => {
 
   it('runs the installed daemon before `lookahead-lsp` on PATH when nothing is configured', () => {
     const c = chooseDaemon(settings(), venv, machine([installed, '/usr/bin/lookahead-lsp'], '/usr/bin'));
-    assert.equal(c.located.ok && formatCommandLine(c.located.line), '/store/daemon/bin/python -m lookahead_lsp serve');
+    assert.equal(c.located.ok && formatCommandLine(c.located.line), '/store/daemon/bin/python -I -m lookahead_lsp serve');
     assert.equal(c.missing, false);
   });
 
@@ -83,7 +83,7 @@ describe('the private environment', () => {
 
   it('installs with pip of the environment, plain output, the wheel cache on', () => {
     const c = pipInstallCommand('/s/daemon.partial-1/bin/python', 'lookahead-lsp[model]');
-    assert.equal(formatCommandLine(c), '/s/daemon.partial-1/bin/python -m pip install --disable-pip-version-check --no-input --progress-bar off lookahead-lsp[model]');
+    assert.equal(formatCommandLine(c), '/s/daemon.partial-1/bin/python -I -m pip install --disable-pip-version-check --no-input --progress-bar off lookahead-lsp[model]');
     assert.ok(!c.args.includes('--no-cache-dir'));
   });
 });
@@ -200,8 +200,18 @@ describe('installing the daemon environment', { skip: !posix && 'POSIX paths' },
   const env: NodeJS.ProcessEnv = { ...process.env, PIP_NO_INDEX: '1', PIP_CONFIG_FILE: os.devNull };
   delete env.PIP_FIND_LINKS;
 
+  /** Modules the installer's Pythons would import from the folder they run in, were it on
+   * sys.path: each ends the process that imports it. */
+  function plantShadows(dir: string): void {
+    for (const file of ['venv.py', 'ensurepip.py', 'pip/__init__.py', 'lookahead_install_fixture.py']) {
+      fs.mkdirSync(path.dirname(path.join(dir, file)), { recursive: true });
+      fs.writeFileSync(path.join(dir, file), `raise SystemExit("shadowed by ${file} of the working folder")\n`);
+    }
+  }
+
   async function setUp() {
     const root = fs.mkdtempSync(path.join(os.tmpdir(), 'lookahead-install-'));
+    plantShadows(root); // root is the processes' working folder
     const search: ProgramSearch = { env: process.env, home: os.homedir(), isExecutableFile: (f) => fs.existsSync(f) && fs.statSync(f).isFile() };
     const found = await findPython(search, root);
     assert.ok(found.ok, !found.ok ? found.error : '');

@@ -49,9 +49,9 @@ describe('server command line', () => {
     assert.equal(formatCommandLine(c), '/repo/.venv/bin/python -m lookahead_lsp serve');
   });
 
-  it('runs the installed daemon as `python -m` of its environment when nothing is configured', () => {
+  it('runs the installed daemon as `python -I -m` of its environment when nothing is configured', () => {
     const c = resolveServerCommand(settings(), '/store/daemon/bin/python');
-    assert.deepEqual(c, { command: '/store/daemon/bin/python', args: ['-m', 'lookahead_lsp', 'serve'], origin: 'installed' });
+    assert.deepEqual(c, { command: '/store/daemon/bin/python', args: ['-I', '-m', 'lookahead_lsp', 'serve'], origin: 'installed' });
     assert.equal(resolveServerCommand(settings({ pythonPath: '/usr/bin/python3' }), '/store/daemon/bin/python').origin, 'lookahead.pythonPath');
   });
 
@@ -238,6 +238,20 @@ describe('package.json', () => {
       assert.ok(untrusted.restrictedConfigurations.includes(`lookahead.${key}`), key);
     }
     for (const key of untrusted.restrictedConfigurations) assert.ok(key in properties, key);
+  });
+
+  it('restricts what the machine runs, reads and spends, and the index patterns, in Restricted Mode', () => {
+    const untrusted = manifest.capabilities.untrustedWorkspaces;
+    const restricted: string[] = untrusted.restrictedConfigurations;
+    // Programs, files and hardware (machine, machine-overridable); the ignore patterns, which a
+    // repository's .vscode/settings.json could make the index choke on; the size cap that
+    // bounds the daemon's memory per document.
+    const expected = Object.entries(properties)
+      .filter(([, p]) => p.scope === 'machine' || p.scope === 'machine-overridable')
+      .map(([key]) => key)
+      .concat(['lookahead.ignoreGlobs', 'lookahead.maxDocumentKb']);
+    for (const key of expected) assert.ok(restricted.includes(key), key);
+    for (const key of restricted) assert.ok(untrusted.description.includes(key.slice('lookahead.'.length)), `description names ${key}`);
   });
 
   it('declares the settings the extension reads with its defaults; the daemon has the others', () => {
