@@ -3,8 +3,9 @@ download one file: HEAD and GET of /{repo_id}/resolve/{revision}/{filename}, wit
 X-Repo-Commit, ETag and Content-Length headers it requires and byte ranges for resuming.
 Tests point huggingface_hub at it with HF_ENDPOINT.
 
-A file may be served with an ETag other than its sha256 (a lying or broken Hub), and its first
-GET may stop after a number of bytes until the test releases it (a download cut short)."""
+A file may be served with an ETag other than its sha256 (a lying or broken Hub), its first
+GET may stop after a number of bytes until the test releases it (a download cut short), and a
+GET may send more bytes than the HEAD announced (a hostile server)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _RESOLVE = re.compile(r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)")
 _RANGE = re.compile(r"bytes=(\d+)-$")
 _STALL_LIMIT_S = 60
+_PAD_PIECE = 1 << 20
 
 
 @dataclass
@@ -27,6 +29,7 @@ class ServedFile:
     content: bytes
     etag: str | None = None  # None: the content's sha256, as the Hub does for large files
     stall_after: int | None = None  # the first GET sends this many bytes, then waits
+    padding: int = 0  # a GET sends this many zero bytes more than the HEAD announces
 
     @property
     def sha256(self) -> str:
@@ -48,6 +51,7 @@ class FakeHub:
     stalled: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
     endpoint: str = ""
+    sent: int = 0  # body bytes the GETs got onto the wire, the last one's partly perhaps
 
     def gets(self) -> list[Request]:
         """The downloads asked for (huggingface_hub may also ask for other things)."""
@@ -80,11 +84,12 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return
             start = self._range_start(len(served.content))
             body = served.content[start:]
+            padding = served.padding if with_body else 0
             self.send_response(206 if start else 200)
             self.send_header("X-Repo-Commit", COMMIT)
             self.send_header("ETag", f'"{served.etag or served.sha256}"')
             self.send_header("Accept-Ranges", "bytes")
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(body) + padding))
             if start:
                 self.send_header("Content-Range", f"bytes {start}-{len(served.content) - 1}/{len(served.content)}")
             self.end_headers()
@@ -96,6 +101,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             return min(int(match[1]), size) if match else 0
 
         def _send(self, served: ServedFile, body: bytes) -> None:
+            if served.padding:
+                self._send_padded(body, served.padding)
+                return
             if served.stall_after is None:
                 self.wfile.write(body)
                 return
@@ -105,6 +113,21 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             hub.stalled.set()
             hub.release.wait(_STALL_LIMIT_S)
             self.close_connection = True
+
+        def _send_padded(self, body: bytes, padding: int) -> None:
+            # Counted piece by piece, until the client stops reading.
+            self.close_connection = True
+            zeros = bytes(_PAD_PIECE)
+            try:
+                self.wfile.write(body)
+                hub.sent += len(body)
+                while padding:
+                    piece = zeros[: min(padding, _PAD_PIECE)]
+                    self.wfile.write(piece)
+                    hub.sent += len(piece)
+                    padding -= len(piece)
+            except OSError:  # the client hung up
+                pass
 
     return Handler
 

@@ -8,10 +8,13 @@ Over a socket the daemon outlives its clients and serves one at a time:
   the token file (created at random, readable by the user only). The token is removed from the
   options before the server sees them.
 A connection is refused (closed, one log line) when another client is connected, when its
-first message is not a framed initialize request (an HTTP request, garbage, a port scan) or
-comes later than HANDSHAKE_TIMEOUT_S, or when its token is missing or wrong. A refused,
-dropped or broken connection never ends the daemon: it goes on listening, its model and
-indexes loaded."""
+peer runs as another user (a Unix socket's peer credentials; on Linux the owner of a local TCP
+peer's socket, looked up before a byte is read), when its first message is not a framed
+initialize request (an HTTP request, garbage, a port scan) or comes later than
+HANDSHAKE_TIMEOUT_S, or when its token is missing or wrong. At most MAX_WAITING connections wait
+to be decided, and a new one drops the oldest: connections that say nothing cannot keep the
+token holder out, who sends the token at once. A refused, dropped or broken connection never
+ends the daemon: it goes on listening, its model and indexes loaded."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import errno
 import hmac
+import ipaddress
 import logging
 import os
 import re
@@ -26,6 +30,8 @@ import secrets
 import socket
 import stat
 import struct
+import sys
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,14 +49,20 @@ from lookahead_lsp.rpc import LookaheadProtocol
 HANDSHAKE_TIMEOUT_S = 10.0
 # An initialize request is a few kilobytes (capabilities, folders, settings).
 HANDSHAKE_MAX_BYTES = 1024 * 1024
-# Connections still to send their initialize; more are refused until these are decided.
+# Connections still to send their initialize; a new one drops the oldest of them.
 MAX_WAITING = 8
 # The key of initializationOptions that carries the token.
 TOKEN_OPTION = "token"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32,256}")
 _TOKEN_FILE_NAME = "tcp-token"
 _SOCKET_NAME = "lookahead-lsp.sock"
+# Where Linux lists the TCP sockets of this network namespace, each with the uid that owns it.
+TCP_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 _LOG = logging.getLogger(__name__)
+
+Endpoint = tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]
+# A TCP connection as this daemon sees it: (the peer's end, this daemon's end).
+Connection = tuple[Endpoint, Endpoint]
 
 
 @dataclass(frozen=True)
@@ -181,7 +193,8 @@ def token_matches(message: Any, token: str) -> bool:
     params = message.get("params") if isinstance(message, dict) else None
     options = params.get("initializationOptions") if isinstance(params, dict) else None
     presented = options.get(TOKEN_OPTION) if isinstance(options, dict) else None
-    return isinstance(presented, str) and hmac.compare_digest(presented.encode(), token.encode())
+    # A token is ASCII; any other string (a lone surrogate included) is wrong without comparing.
+    return isinstance(presented, str) and presented.isascii() and hmac.compare_digest(presented, token)
 
 
 def serve_stdio(protocol: LookaheadProtocol, stdin: BinaryIO, stdout: BinaryIO) -> int:
@@ -223,6 +236,15 @@ class _Refused(Exception):
     """A connection that is not let in; str(error) says why."""
 
 
+@dataclass(eq=False)
+class _Connection:
+    """A connection not yet let in."""
+
+    writer: asyncio.StreamWriter
+    peer: str  # as messages show it
+    dropped: bool = False  # closed to make room for a newer one (and logged then)
+
+
 class _Gate:
     """Lets in one authenticated client at a time."""
 
@@ -230,7 +252,8 @@ class _Gate:
         self._protocol = protocol
         self._listener = listener
         self._client: asyncio.StreamWriter | None = None
-        self._waiting = 0
+        self._waiting: list[_Connection] = []  # reading their first message, oldest first
+        self._owners = _PeerOwners.of(listener)
 
     async def serve(self) -> None:
         if self._listener.unix_path is not None:
@@ -241,42 +264,46 @@ class _Gate:
             await server.serve_forever()
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = _peer_name(writer)
+        connection = _Connection(writer, _peer_name(writer))
         try:
             frames = FrameReader(lambda: reader.read(READ_CHUNK))
-            first = await self._handshake(frames, writer)
-            if first is None:
-                _LOG.info("%s closed the connection before initialize", peer)
-            else:
-                await self._session(frames, writer, first, peer)
-        except _Refused as refusal:
-            _LOG.warning("refused %s: %s", peer, refusal)
+            first = await self._admitted(frames, connection)
+            if first is not None:
+                await self._session(frames, writer, first, connection.peer)
         except OSError as error:
-            _LOG.info("%s: connection lost (%s)", peer, error)
+            _LOG.info("%s: connection lost (%s)", connection.peer, error)
         finally:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    async def _handshake(self, frames: FrameReader, writer: asyncio.StreamWriter) -> Frame | None:
-        """The client's initialize request, once it is let in (_Refused if not); None when the
+    async def _admitted(self, frames: FrameReader, connection: _Connection) -> Frame | None:
+        """The client's initialize request once it is let in; None, after one log line, when
+        it is refused or the connection ends first. Nothing a peer sends before it is let in
+        raises out of here: a failure is a refusal, never a traceback."""
+        try:
+            first = await self._handshake(frames, connection)
+        except Exception as error:
+            if not connection.dropped:
+                _log_refusal(connection.peer, error)
+            return None
+        if connection.dropped:
+            return None
+        if first is None:
+            _LOG.info("%s closed the connection before initialize", connection.peer)
+        return first
+
+    async def _handshake(self, frames: FrameReader, connection: _Connection) -> Frame | None:
+        """The client's initialize request (_Refused if it is not let in); None when the
         connection ends first."""
         if self._client is not None:
             raise _Refused("another client is connected (one at a time)")
-        if self._waiting >= MAX_WAITING:
-            raise _Refused(f"{MAX_WAITING} connections are already waiting to initialize")
-        other_user = _other_user(writer)
+        other_user = await self._other_user(connection.writer)
         if other_user is not None:
             raise _Refused(other_user)
-        self._waiting += 1
-        try:
-            frame = await asyncio.wait_for(frames.next(HANDSHAKE_MAX_BYTES, strict=True), HANDSHAKE_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            raise _Refused(f"no initialize request within {HANDSHAKE_TIMEOUT_S:g} s") from None
-        except FrameError as error:
-            raise _Refused(f"not LSP: {error}") from None
-        finally:
-            self._waiting -= 1
+        if self._client is not None:  # one got in during the lookup
+            raise _Refused("another client is connected (one at a time)")
+        frame = await self._first_frame(frames, connection)
         if frame is None:
             return None
         message = frame.message
@@ -288,6 +315,46 @@ class _Gate:
         if self._client is not None:  # another one got in while this one was sending
             raise _Refused("another client is connected (one at a time)")
         return Frame(_without_token(message))
+
+    async def _first_frame(self, frames: FrameReader, connection: _Connection) -> Frame | None:
+        """The connection's first frame, read as one of at most MAX_WAITING connections. A new
+        connection drops the oldest, so silent ones cannot keep out a client that sends its
+        initialize at once, however many the peer opens or reopens."""
+        if len(self._waiting) >= MAX_WAITING:
+            self._drop(self._waiting[0])
+        self._waiting.append(connection)
+        try:
+            return await asyncio.wait_for(frames.next(HANDSHAKE_MAX_BYTES, strict=True), HANDSHAKE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise _Refused(f"no initialize request within {HANDSHAKE_TIMEOUT_S:g} s") from None
+        except FrameError as error:
+            raise _Refused(f"not LSP: {error}") from None
+        finally:
+            if connection in self._waiting:
+                self._waiting.remove(connection)
+
+    def _drop(self, connection: _Connection) -> None:
+        self._waiting.remove(connection)
+        connection.dropped = True
+        connection.writer.transport.abort()  # its reader sees the end of the stream
+        _LOG.warning(
+            "refused %s: dropped for a newer connection (%d were waiting to initialize)",
+            connection.peer, MAX_WAITING,
+        )
+
+    async def _other_user(self, writer: asyncio.StreamWriter) -> str | None:
+        """Why the peer is not served (it runs as another user), else None; None too where the
+        system does not say (a Unix socket's mode keeps others out there, the token over TCP)."""
+        sock = writer.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            return _unix_peer_other_user(sock)
+        connection = _tcp_connection(writer)
+        if self._owners is None or connection is None:
+            return None
+        uid = await self._owners.uid(connection)
+        if uid is None or uid == os.getuid():
+            return None
+        return f"its socket belongs to uid {uid}, not to this user"
 
     async def _session(
         self, frames: FrameReader, writer: asyncio.StreamWriter, first: Frame, peer: str
@@ -303,6 +370,130 @@ class _Gate:
             self._protocol.end_session()
             self._client = None
             _LOG.info("%s disconnected", peer)
+
+
+def _log_refusal(peer: str, error: Exception) -> None:
+    if isinstance(error, _Refused):
+        _LOG.warning("refused %s: %s", peer, error)
+    elif isinstance(error, OSError):
+        _LOG.info("%s: connection lost (%s)", peer, error)
+    else:  # a fault of ours, met on a peer's bytes: still one line, and the next one is served
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        _LOG.warning("refused %s: %s while reading its first message: %s", peer, type(error).__name__, first_line)
+
+
+class _PeerOwners:
+    """The uids that own TCP peers' sockets (tcp_owners), read off the event loop. Connections
+    that arrive while the tables are being read are all looked up by the next read, so a flood
+    of connections costs a few reads, not one each, and delays a client by two at most."""
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookahead-peers")
+        self._pending: dict[Connection, list[asyncio.Future[int | None]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(cls, listener: Listener) -> _PeerOwners | None:
+        """Lookups for a TCP listener's peers; None for a Unix socket, and where the tables do
+        not list the listening socket itself as this user's (not Linux, or tables that cannot
+        be trusted): the token alone decides there."""
+        if listener.unix_path is not None:
+            return None
+        host, port = listener.sock.getsockname()[:2]
+        address = ipaddress.ip_address(host.split("%")[0])
+        anywhere = ipaddress.ip_address(0) if address.version == 4 else ipaddress.IPv6Address(0)
+        itself: Connection = ((address, port), (anywhere, 0))
+        if tcp_owners([itself]).get(itself) != os.getuid():
+            _LOG.info("the users of TCP peers cannot be told here: the token alone lets them in")
+            return None
+        return cls()
+
+    async def uid(self, connection: Connection) -> int | None:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[int | None] = loop.create_future()
+        self._pending.setdefault(connection, []).append(answer)
+        if self._reader is None:
+            self._reader = loop.create_task(self._read())
+        return await answer
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, {}
+                try:
+                    owners = await loop.run_in_executor(self._executor, tcp_owners, list(batch))
+                except Exception as error:  # tcp_owners handles what the system raises
+                    _LOG.warning("cannot tell which users the peers are: %s", error)
+                    owners = {}
+                for connection, answers in batch.items():
+                    for answer in answers:
+                        if not answer.done():  # its connection may have been cancelled
+                            answer.set_result(owners.get(connection))
+        finally:
+            self._reader = None
+
+
+def tcp_owners(connections: Iterable[Connection], tables: Iterable[Path] = TCP_TABLES) -> dict[Connection, int]:
+    """The uid owning the peer's socket, for each of connections whose peer is a socket of
+    this machine (Linux): the line of /proc/net/tcp or tcp6 whose local address is the peer's
+    end and whose remote address is this daemon's. A connection left out has its peer
+    elsewhere, or one already closed (no process holds its socket), or no table to look in."""
+    wanted = {(_endpoint(*peer), _endpoint(*local)): (peer, local) for peer, local in connections}
+    ports = {b":%04X" % peer[1] for peer, _ in wanted}
+    found: dict[Connection, int] = {}
+    for table in tables:
+        try:
+            with open(table, "rb") as file:
+                for line in file:
+                    fields = line.split()
+                    if len(fields) < 10 or fields[1][-5:] not in ports:
+                        continue
+                    entry = _table_entry(fields)
+                    if entry is not None and entry[0] in wanted:
+                        found[wanted[entry[0]]] = entry[1]
+        except OSError:
+            continue
+    return found
+
+
+def _table_entry(fields: list[bytes]) -> tuple[Connection, int] | None:
+    """((local end, remote end), uid) of a line of /proc/net/tcp or tcp6, split; None for a
+    socket no process holds (inode 0: closed, or in TIME_WAIT) or a line that does not parse."""
+    if fields[9] == b"0":
+        return None
+    try:
+        return (_table_endpoint(fields[1]), _table_endpoint(fields[2])), int(fields[7])
+    except ValueError:
+        return None
+
+
+def _table_endpoint(text: bytes) -> Endpoint:
+    # ADDRESS:PORT in hex, the address as 32-bit words in this machine's byte order.
+    address, _, port = text.partition(b":")
+    if len(address) not in (8, 32):
+        raise ValueError(text)
+    packed = b"".join(int(address[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(address), 8))
+    return _endpoint(ipaddress.ip_address(packed), int(port, 16))
+
+
+def _endpoint(address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> Endpoint:
+    # An IPv4 peer of a dual-stack socket shows as ::ffff:a.b.c.d on this side, as a.b.c.d in
+    # the table.
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped, port
+    return address, port
+
+
+def _tcp_connection(writer: asyncio.StreamWriter) -> Connection | None:
+    peer, local = writer.get_extra_info("peername"), writer.get_extra_info("sockname")
+    try:
+        return (
+            (ipaddress.ip_address(peer[0].split("%")[0]), peer[1]),
+            (ipaddress.ip_address(local[0].split("%")[0]), local[1]),
+        )
+    except (TypeError, ValueError, IndexError, AttributeError):  # not an IP socket
+        return None
 
 
 def _without_token(message: dict[str, Any]) -> dict[str, Any]:
@@ -321,12 +512,11 @@ def _peer_name(writer: asyncio.StreamWriter) -> str:
     return "a local process"
 
 
-def _other_user(writer: asyncio.StreamWriter) -> str | None:
+def _unix_peer_other_user(sock: Any) -> str | None:
     """Why a Unix socket's peer is not served (it runs as another user), else None; None too
     where the system does not say (the socket's mode keeps others out there)."""
     option = getattr(socket, "SO_PEERCRED", None)
-    sock = writer.get_extra_info("socket")
-    if option is None or sock is None or sock.family != socket.AF_UNIX:
+    if option is None:
         return None
     credentials = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
     pid, uid, _ = struct.unpack("3i", credentials)

@@ -1,6 +1,8 @@
 """`lookahead-lsp models pull` against a local server that speaks the Hub's download protocol
 (tests/hf_server.py): a pull lands where a catalogue name finds it, an interrupted pull resumes
-where it stopped, and a file whose sha256 is not the expected one is refused and not kept."""
+where it stopped, a file whose sha256 is not the expected one is refused and not kept, a server
+that sends more than it announced is cut off, and nothing planted beside the target is written
+through."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import os
 import random
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -116,6 +119,9 @@ def test_interrupted_pull_resumes_where_it_stopped(hub: FakeHub, env: dict[str, 
     assert not target.exists()
     kept = _part_size(target)
     assert kept >= _HUB_CHUNK
+    # Kept where only this user may go.
+    assert stat.S_IMODE((target.parent / ".partial").stat().st_mode) == 0o700
+    assert stat.S_IMODE(_parts(target)[0].stat().st_mode) == 0o600
 
     second = _run(env, "pull", source.spec, "--sha256", ServedFile(content).sha256)
 
@@ -139,6 +145,80 @@ def test_wrong_checksum_is_refused_and_not_kept(hub: FakeHub, env: dict[str, str
     assert done.stderr.count("\n") == 3  # "downloading", "checking", the error; no traceback
     assert len(hub.gets()) == 1
     assert _leftovers(_pulled(env, source).parent) == []
+
+
+def test_a_server_that_sends_more_than_it_announced_is_cut_off(hub: FakeHub, env: dict[str, str]) -> None:
+    # The HEAD announces 4 KiB; the GET sends 64 MiB more, which used to be written whole, then
+    # refused, and kept.
+    announced = b"GGUF" + bytes(4092)
+    hub.files["someone/models/m.gguf"] = ServedFile(announced, padding=64 << 20)
+    source = catalogue.ModelSource("someone/models", "m.gguf")
+
+    done = _run(env, "pull", source.spec)
+
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "lookahead-lsp: the server sent more of someone/models/m.gguf than the 4096 bytes "
+        "announced: the download was deleted"
+    )
+    assert "Traceback" not in done.stderr
+    # Stopped at the first piece past the cap (huggingface_hub reads 10 MB at a time; the rest
+    # is what the sockets held), and nothing of it on disk.
+    assert hub.sent < 32 << 20
+    assert _leftovers(_pulled(env, source).parent) == []
+
+
+@pytest.mark.parametrize("where", ["old-part-name", "partial-folder", "hard-link"])
+def test_a_planted_link_is_not_written_through(
+    hub: FakeHub, env: dict[str, str], tmp_path: Path, where: str
+) -> None:
+    content = b"GGUF" + random.Random(3).randbytes(5000)
+    hub.files["someone/models/m.gguf"] = ServedFile(content)
+    source = catalogue.ModelSource("someone/models", "m.gguf")
+    target = _pulled(env, source)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"not yours")
+    name = f"{target.name}.{ServedFile(content).sha256[:16]}.part"
+    if where == "old-part-name":  # the name pulls used to append to, beside the target
+        planted = target.with_name(f".{name}")
+    else:  # inside the private folder, had anyone got in
+        planted = target.parent / ".partial" / name
+    planted.parent.mkdir(parents=True, mode=0o700)
+    if where == "hard-link":
+        planted.hardlink_to(victim)
+    else:
+        planted.symlink_to(victim)
+
+    done = _run(env, "pull", source.spec)
+
+    assert done.returncode == 0, done.stderr
+    assert victim.read_bytes() == b"not yours"
+    assert target.read_bytes() == content and not target.is_symlink()
+    assert len(hub.gets()) == 1 and hub.gets()[0].range is None  # nothing "resumed" from it
+
+
+@pytest.mark.parametrize("planted", ["symlink", "open-folder"])
+def test_a_partial_folder_others_could_write_is_refused(
+    hub: FakeHub, env: dict[str, str], tmp_path: Path, planted: str
+) -> None:
+    hub.files["someone/models/m.gguf"] = ServedFile(b"GGUF" + bytes(5000))
+    source = catalogue.ModelSource("someone/models", "m.gguf")
+    folder = _pulled(env, source).parent / ".partial"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder.parent.mkdir(parents=True)
+    if planted == "symlink":
+        folder.symlink_to(elsewhere)
+    else:
+        folder.mkdir()
+        os.chmod(folder, 0o777)
+
+    done = _run(env, "pull", source.spec)
+
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"{folder} is not a" in done.stderr and "delete it" in done.stderr
+    assert list(elsewhere.iterdir()) == [] and hub.gets() == []
 
 
 def test_a_pinned_file_the_hub_no_longer_has_is_not_downloaded(hub: FakeHub, env: dict[str, str]) -> None:
@@ -185,8 +265,13 @@ def test_missing_file_and_bad_names_are_one_line_errors(hub: FakeHub, env: dict[
     assert "not a GGUF file name" in escaping.stderr
 
 
+def _parts(target: Path) -> list[Path]:
+    folder = target.parent / ".partial"
+    return list(folder.glob(f"{target.name}.*.part")) if folder.exists() else []
+
+
 def _part_size(target: Path) -> int:
-    parts = list(target.parent.glob(f".{target.name}.*.part")) if target.parent.exists() else []
+    parts = _parts(target)
     return parts[0].stat().st_size if parts else 0
 
 

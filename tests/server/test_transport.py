@@ -1,9 +1,11 @@
 """`lookahead-lsp serve --tcp` and `--socket` as an attacker finds them, over real sockets: a
-client without the token, a second client while one is served, a port scan, an HTTP request and
-garbage are each refused, and the daemon goes on serving the next client."""
+client without the token, a second client while one is served, a port scan, an HTTP request,
+garbage, a token that is not text, silent connections held open and (as root) another user's
+connection are each refused, and the daemon goes on serving the next client."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -11,7 +13,9 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from lsp_peer import Peer, initialize, no_model_env, request, serve_command, wait_for_line
+from lsp_peer import Peer, frame, initialize, no_model_env, request, serve_command, wait_for_line
+
+from lookahead_lsp.transport import HANDSHAKE_TIMEOUT_S, MAX_WAITING, Connection, tcp_owners
 
 
 @dataclass
@@ -212,6 +218,153 @@ def test_a_silent_connection_neither_blocks_a_client_nor_stays(daemon: Daemon) -
         assert Peer.over_socket(silent).closed_without_answer(timeout=60)
         assert time.monotonic() - started < 30
     assert "no initialize request within" in daemon.log.read_text()
+
+
+def test_silent_connections_cannot_keep_the_token_holder_out(daemon: Daemon) -> None:
+    # More connections than may wait, held open and saying nothing (another user would reopen
+    # each one the moment it is dropped): the token holder still gets in, at once.
+    silent = [daemon.connect() for _ in range(MAX_WAITING + 4)]
+    try:
+        started = time.monotonic()
+        daemon.assert_serving()
+        assert time.monotonic() - started < HANDSHAKE_TIMEOUT_S / 2  # not once silent ones time out
+        # Each newcomer, the token holder last, dropped the oldest silent one.
+        dropped = len(silent) + 1 - MAX_WAITING
+        assert daemon.log.read_text().count("dropped for a newer connection") == dropped
+        for sock in silent[:dropped]:
+            assert Peer.over_socket(sock).closed_without_answer(timeout=5)
+    finally:
+        for sock in silent:
+            sock.close()
+    assert "Traceback" not in daemon.log.read_text()
+
+
+def _framed(body: bytes) -> bytes:
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _initialize_with_token(raw_token: bytes) -> bytes:
+    return _framed(
+        b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"processId":null,"capabilities":{},'
+        b'"initializationOptions":{"token":"' + raw_token + b'"}}}'
+    )
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        _initialize_with_token(b"\\ud800" + b"A" * 42),  # a lone surrogate, as JSON escapes it
+        _initialize_with_token(b"\\udfff\\ud800" * 22),
+        _initialize_with_token(b"\xed\xa0\x80" * 43),  # the same surrogate as raw bytes (not UTF-8)
+        _initialize_with_token(b"\xff\xfe" + b"A" * 41),  # not UTF-8 at all
+        _initialize_with_token(b"\xc3\xa9" * 43),  # UTF-8, not ASCII
+        _initialize_with_token(b"\\u0000" * 43),
+        frame(initialize(1, {"token": 1e308})),
+    ],
+    ids=["lone-surrogate", "reversed-pair", "raw-surrogate", "not-utf8", "non-ascii", "nul", "number"],
+)
+def test_any_bytes_as_a_token_are_one_refusal(daemon: Daemon, first: bytes) -> None:
+    with daemon.connect() as sock:
+        peer = Peer.over_socket(sock)
+        peer.send(first)
+        assert peer.closed_without_answer()
+    daemon.assert_serving()
+    log = daemon.log.read_text(errors="replace")
+    assert daemon.refusals() == 1, log
+    assert "Traceback" not in log and "Unhandled exception" not in log, log
+
+
+def _connect_as(uid: int, port: int, data: bytes) -> int:
+    """Connects to port as uid (a forked child, since only root may), sends data and reads
+    until the connection ends: the child's exit status, 0 when nothing came back."""
+    "127.0.0.1".encode("idna")  # the child can no longer read the codec's module
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12)
+        pid = os.fork()
+    if pid == 0:
+        status = 2
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                try:
+                    sock.sendall(data)
+                    status = 1 if sock.recv(65536) else 0
+                except ConnectionError:  # reset: closed unread while this was sending
+                    status = 0
+        finally:
+            os._exit(status)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="Linux, and root to connect as another user"
+)
+def test_another_users_connection_is_refused_before_it_is_read(daemon: Daemon) -> None:
+    # Even with the token (leaked, say): nobody's socket is refused unread.
+    nobody = 65534
+    assert _connect_as(nobody, daemon.port, frame(initialize(1, {"token": daemon.token}))) == 0
+    log = daemon.log.read_text()
+    assert f"its socket belongs to uid {nobody}, not to this user" in log
+    assert daemon.refusals() == 1 and "Traceback" not in log
+    daemon.assert_serving()
+
+
+def _kernel_endpoint(address: str, port: int) -> str:
+    # As Linux prints it: 32-bit words of the address in the machine's byte order, then the port.
+    packed = ipaddress.ip_address(address).packed
+    words = (int.from_bytes(packed[i : i + 4], sys.byteorder) for i in range(0, len(packed), 4))
+    return "".join(f"{word:08X}" for word in words) + f":{port:04X}"
+
+
+def _table_line(local: tuple[str, int], remote: tuple[str, int], uid: int, inode: int = 4242) -> str:
+    return (
+        f"   3: {_kernel_endpoint(*local)} {_kernel_endpoint(*remote)} 01 00000000:00000000 "
+        f"00:00000000 00000000 {uid:5d}        0 {inode} 1 0000000000000000 20 4 30 10 -1\n"
+    )
+
+
+def _connection(peer: tuple[str, int], local: tuple[str, int]) -> Connection:
+    return (ipaddress.ip_address(peer[0]), peer[1]), (ipaddress.ip_address(local[0]), local[1])
+
+
+def test_tcp_owners_reads_the_kernels_tables(tmp_path: Path) -> None:
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    daemon_end, peer_end, v6_daemon, v6_peer = ("127.0.0.1", 7777), ("127.0.0.1", 40000), ("::1", 7777), ("::1", 40001)
+    (tmp_path / "tcp").write_text(
+        header
+        + _table_line(daemon_end, peer_end, 0)  # the daemon's own end: not the peer's
+        + _table_line(peer_end, daemon_end, 1234)
+        + _table_line(("127.0.0.1", 40002), daemon_end, 99, inode=0)  # closed: no process holds it
+        + "   9: garbage\n"
+    )
+    (tmp_path / "tcp6").write_text(header + _table_line(v6_peer, v6_daemon, 5678))
+    tables = [tmp_path / "tcp", tmp_path / "tcp6", tmp_path / "absent"]
+    wanted = [
+        _connection(peer_end, daemon_end),
+        _connection(v6_peer, v6_daemon),
+        _connection(("127.0.0.1", 40002), daemon_end),
+        _connection(("127.0.0.1", 40003), daemon_end),
+    ]
+    assert tcp_owners(wanted, tables) == {wanted[0]: 1234, wanted[1]: 5678}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="Linux lists TCP sockets in /proc/net")
+@pytest.mark.parametrize("host,connect_to", [("127.0.0.1", "127.0.0.1"), ("::1", "::1"), ("::", "127.0.0.1")])
+def test_tcp_owners_finds_a_local_peer(host: str, connect_to: str) -> None:
+    # ("::", "127.0.0.1"): a dual-stack listener, whose IPv4 peer shows as ::ffff:127.0.0.1.
+    try:
+        server = socket.create_server(
+            (host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET, dualstack_ipv6=host == "::"
+        )
+    except (OSError, ValueError):
+        pytest.skip(f"no {host} here")
+    with server, socket.create_connection((connect_to, server.getsockname()[1])) as client:
+        accepted, _ = server.accept()
+        with accepted:
+            seen = _connection(accepted.getpeername()[:2], accepted.getsockname()[:2])
+            assert tcp_owners([seen]) == {seen: os.getuid()}
+        assert tcp_owners([_connection(client.getsockname()[:2], ("127.0.0.9", 1))]) == {}
 
 
 def test_exit_ends_the_session_not_the_daemon(daemon: Daemon) -> None:
