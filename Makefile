@@ -80,10 +80,14 @@ dist: install
 	rm -rf dist
 	$(PY) -m build --no-isolation --outdir dist .
 
-# Tools of the editor tests, installed when missing: Neovim (the "other editor" of the LSP
-# tests), Chromium (drives VS Code in the end-to-end test) and what code-server's native modules
+# Tools of the editor tests, installed when missing: Neovim and Emacs with eglot and lsp-mode
+# (the other editors of the LSP tests; an elpa-* package is known by its emacsen-common install
+# script), Chromium (drives VS Code in the end-to-end test) and what code-server's native modules
 # are built with.
-TEST_PACKAGES := nvim:neovim chromium:chromium rg:ripgrep ip:iproute2 curl:curl g++:build-essential \
+TEST_PACKAGES := nvim:neovim emacs:emacs-nox \
+	/usr/lib/emacsen-common/packages/install/elpa-eglot:elpa-eglot \
+	/usr/lib/emacsen-common/packages/install/elpa-lsp-mode:elpa-lsp-mode \
+	chromium:chromium rg:ripgrep ip:iproute2 curl:curl g++:build-essential \
 	pkg-config:pkg-config krb5-config:libkrb5-dev
 test-tools: test-packages $(CODE_SERVER)/.built
 

@@ -25,7 +25,14 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from lookahead_lsp import __version__
-from lookahead_lsp.lsp_items import completion_list, cursor_offset, inline_cursor, inline_list
+from lookahead_lsp.lsp_items import (
+    MenuClient,
+    completion_list,
+    cursor_offset,
+    inline_cursor,
+    inline_list,
+    menu_client,
+)
 from lookahead_lsp.rpc import LookaheadProtocol
 from lookahead_lsp.service import Answer, LookaheadService
 from lookahead_lsp.transport import Listener, serve_socket, serve_stdio
@@ -143,6 +150,8 @@ class LookaheadServer(LanguageServer):
         self.status_notifier = _StatusNotifier(self)
         self.service = LookaheadService(_EditorChannel(self), cache_dir)
         self.supports_progress = False
+        # What the editor's completion menu inserts correctly, known from initialize.
+        self.menu_client = MenuClient()
         # The loop the server runs on, known from the first message: other threads hand their
         # messages for the editor to it.
         self.event_loop: asyncio.AbstractEventLoop | None = None
@@ -162,6 +171,7 @@ def initialize(ls: LookaheadServer, params: types.InitializeParams) -> None:
     ls.event_loop = asyncio.get_running_loop()
     window = params.capabilities.window
     ls.supports_progress = bool(window and window.work_done_progress)
+    ls.menu_client = menu_client(params)
     ls.service.configure(params.initialization_options)
     folders = params.workspace_folders or []
     roots = [uri_to_path(f.uri) for f in folders]
@@ -246,7 +256,7 @@ async def completion(ls: LookaheadServer, params: types.CompletionParams) -> typ
         return types.CompletionList(is_incomplete=False, items=[])
     offset = cursor_offset(document, params.position)
     answer = await _answer(ls, uri, document, document.source, offset, invoked=True)
-    return completion_list(document, params.position, offset, answer.text if answer is not None else "")
+    return completion_list(document, params.position, offset, answer.text if answer is not None else "", ls.menu_client)
 
 
 def status(ls: LookaheadServer, params: Any) -> dict[str, Any]:
