@@ -461,7 +461,7 @@ def print_table(model: str, summaries: dict[str, dict[str, object]], modes: tupl
 def live(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Path) -> dict[str, object]:
     modes = tuple(args.modes)
     engine = Engine(EngineSettings(model, n_ctx=4096, n_threads=args.threads, cache_dir=cache_dir, sampling=args.sampling))
-    seed = engine.policy.cost.seed
+    seed = engine.auto_policy().cost.seed
     print("seed pass cost (x one position):", ", ".join(f"{s}: {seed.relative(s):.2f}" for s in seed.sizes))
     workspaces = Workspaces(engine)
     results: list[TaskResult] = []
@@ -480,7 +480,7 @@ def live(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Pa
             flush=True,
         )
     latencies = [warm_latency(engine, t, workspaces) for t in tasks if t.kind == "mid-line"] if args.latency else []
-    curve = engine.cost_model
+    curve = engine.cost_curve()
     replay_tasks = [replay_task(engine, t, r.truth, workspaces, args.max_tokens) for t, r in zip(tasks, results)]
     replays = replay_all(replay_tasks, curve)
     for result, replayed in zip(results, replays):
@@ -519,7 +519,7 @@ def replay_only(args: argparse.Namespace, model: Path, tasks: list[Task], cache_
             truths.put(task, truth)
             print(f"truth decoded: {task.name}", file=sys.stderr, flush=True)
         replay_tasks.append(replay_task(engine, task, truth, workspaces, args.max_tokens))
-    curve = engine.cost_model if args.cost == "measured" else parse_curve(args.cost)
+    curve = engine.cost_curve() if args.cost == "measured" else parse_curve(args.cost)
     engine.close()
     results = replay_all(replay_tasks, curve)
     summaries: dict[str, object] = {}

@@ -127,8 +127,7 @@ class LookaheadService:
         try:
             path = resolve_model_path(None, s.model_path, asker="editor")
             engine = Engine(EngineSettings(path, s.context_size, s.threads, s.gpu_layers, self.cache_dir, s.sampling))
-            _ = engine.cost_model  # measured once per machine; a few seconds the first time
-            _ = engine.token_prefixes  # for token healing; built here, not in the first request
+            engine.prepare()  # not in the first request
         except (UserError, OSError, ValueError) as error:
             message = str(error)
             with self._lock:

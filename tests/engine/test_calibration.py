@@ -48,7 +48,7 @@ def test_what_auto_learnt_is_there_after_a_restart(model: Path, tmp_path: Path) 
     first = _engine(model, cache)
     try:
         assert _auto(first) > 0
-        policy = first.policy
+        policy = first.auto_policy()
         learnt = {k: (b.accepted, b.tried) for k, b in policy.acceptance.buckets.items() if b.tried}
         assert learnt  # drafts were verified and counted
         level, offsets = policy.cost.level, dict(policy.cost.offsets)
@@ -59,7 +59,7 @@ def test_what_auto_learnt_is_there_after_a_restart(model: Path, tmp_path: Path) 
     assert json.loads(saved.read_text())["version"] == 1
     second = _engine(model, cache)
     try:
-        again = second.policy
+        again = second.auto_policy()
         for key, (accepted, tried) in learnt.items():
             bucket = again.acceptance.buckets[key]
             assert bucket.accepted == pytest.approx(accepted, abs=1e-3)
@@ -96,7 +96,7 @@ def test_a_damaged_calibration_is_ignored_with_one_log_line(
     try:
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warnings) == 1 and "calibration ignored" in warnings[0].getMessage()
-        assert all(b.tried == 0 for b in engine.policy.acceptance.buckets.values())
+        assert all(b.tried == 0 for b in engine.auto_policy().acceptance.buckets.values())
         assert _auto(engine) > 0  # it works from the priors
     finally:
         engine.close()
@@ -108,9 +108,9 @@ def test_the_first_request_after_a_start_obeys_the_guard(model: Path, tmp_path: 
     engine = _engine(model, cache)
     try:
         # Speculative passes of this key took far longer per token than plain ones.
-        plain = engine.policy.cost.pass_ms(1)
+        plain = engine.auto_policy().cost.pass_ms(1)
         for _ in range(20):
-            engine.policy.guard.record("slow-here", 100 * plain, 2, plain)
+            engine.auto_policy().guard.record("slow-here", 100 * plain, 2, plain)
     finally:
         engine.close()
     restarted = _engine(model, cache)

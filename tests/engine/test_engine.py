@@ -213,7 +213,7 @@ def test_token_prefixes_find_every_token_starting_with_a_text(engine: Engine) ->
     pieces = [tokenizer.piece(token).decode("utf-8", "replace") for token in range(tokenizer.n_vocab)]
     for text in ("de", " sel", "getc", "_", "    de"):
         expected = sorted(t for t, piece in enumerate(pieces) if piece and piece.startswith(text))
-        assert sorted(engine.token_prefixes.starting_with(text).tolist()) == expected
+        assert sorted(engine.token_prefixes().starting_with(text).tolist()) == expected
     assert mid_word("x = fo", "") and mid_word("x = fo", ")") and mid_word("a_1", " ")
     assert not mid_word("x = fo", "o") and not mid_word("x = ", "") and not mid_word("", "")
 
@@ -237,7 +237,7 @@ def test_missing_model_is_a_one_line_error(tmp_path: Path) -> None:
 
 
 def test_cost_model_is_measured_once_and_cached(engine: Engine) -> None:
-    cost = engine.cost_model
+    cost = engine.cost_curve()
     assert cost.sizes[0] == 1 and all(b >= a for a, b in zip(cost.ms, cost.ms[1:]))
     assert cost.relative(1) == 1.0 and cost.relative(8) > 1.0
     files = list((engine.settings.cache_dir or Path()).glob("cost-*.json"))
@@ -323,16 +323,16 @@ def test_auto_widens_where_passes_are_cheap(engine: Engine) -> None:
     """On a machine whose passes cost nearly the same whatever their width (a GPU), auto runs a
     lookahead window and longer drafts; on this CPU's measured curve it runs none."""
     request, caches = _task(engine, *TASKS[3])
-    measured = engine.policy.cost
-    today = engine.cost_model  # the curve the run decides with (it moves during the run)
+    measured = engine.auto_policy().cost
+    today = engine.cost_curve()  # the curve the run decides with (it moves during the run)
     cpu = _run(engine, request, caches, "auto")
     # The smallest window (W2 N3 G2) adds 8 positions to the current token's.
     assert cpu.stats.lookahead_window is None or today.relative(9) <= 1.1
-    engine.policy.cost = OnlineCost(CostModel((1, 8, 64), (10.0, 10.2, 10.8)))
+    engine.auto_policy().cost = OnlineCost(CostModel((1, 8, 64), (10.0, 10.2, 10.8)))
     try:
         wide = _run(engine, request, caches, "auto", speculation_key="widen")
     finally:
-        engine.policy.cost = measured
+        engine.auto_policy().cost = measured
     _check_verified(wide)
     assert wide.stats.lookahead_window == "W8 N4 G8"
     at = _first_difference(cpu.tokens, wide.tokens)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ import numpy.typing as npt
 from lookahead_lsp._lookup import NgramCache
 from lookahead_lsp.engine.options import DecodeOptions, DraftCaches, step_room
 from lookahead_lsp.engine.planning import Planner, StepPlan, auto_window
-from lookahead_lsp.engine.prompt import CompletionRequest
+from lookahead_lsp.engine.prompt import CompletionRequest, Prompt
 from lookahead_lsp.engine.results import Completion, CompletionStats, TokenTrace
 from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, EngineError, Logits, PassOutput
 from lookahead_lsp.engine.stopping import Stopper
@@ -27,7 +28,9 @@ from lookahead_lsp.engine.sources import SOURCES, WINDOW
 from lookahead_lsp.engine.window import LookaheadWindow
 
 if TYPE_CHECKING:
-    from lookahead_lsp.engine.engine import Engine
+    from lookahead_lsp.engine.policy import AutoPolicy
+    from lookahead_lsp.engine.runtime import ModelRuntime
+    from lookahead_lsp.tokenizer import Tokenizer
 
 # Prompt tokens per llama_decode call: the granularity of cancelling a cold prompt.
 PREFILL_CHUNK = 128
@@ -36,20 +39,39 @@ PREFILL_CHUNK = 128
 _MAX_PROMPT_TAIL = 8
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """What a completion needs from the engine that runs it, decided before it starts."""
+
+    runtime: ModelRuntime
+    tokenizer: Tokenizer
+    prompt: Prompt
+    # The first token's choices while healing (the vocabulary tokens that start with the
+    # healed token's text), None when the prompt was not healed.
+    heal_ids: npt.NDArray[np.int32] | None
+    # What the last completion predicted after this request's prefix and the user did not type
+    # yet: drafted first.
+    previous_rest: str
+    # auto's state: loaded for the modes that plan with it, else whatever an earlier
+    # completion loaded (it then still learns the pass costs), or None.
+    policy: AutoPolicy | None
+
+
 class CompletionRun:
     """The state of one completion."""
 
     def __init__(
         self,
-        engine: Engine,
+        inputs: RunInputs,
         request: CompletionRequest,
         options: DecodeOptions,
         caches: DraftCaches,
         cancelled: Callable[[], bool],
         start: float,
     ) -> None:
-        self.engine = engine
-        self.runtime = engine.runtime
+        self.inputs = inputs
+        self.runtime = inputs.runtime
+        self.tokenizer = inputs.tokenizer
         self.request = request
         self.options = options
         self.caches = caches
@@ -70,11 +92,10 @@ class CompletionRun:
         self.planner: Planner | None = None
 
     def execute(self) -> Completion:
-        runtime = self.runtime
-        prompt = self.engine.build_prompt(self.request, self.options)
+        runtime, prompt = self.runtime, self.inputs.prompt
         if prompt.healed_token is not None:
-            self.healed = self.engine.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
-            self.heal_ids = self.engine.token_prefixes.starting_with(self.healed)
+            self.healed = self.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
+            self.heal_ids = self.inputs.heal_ids
         self.stats.prompt_tokens = len(prompt.tokens)
         if not prompt.tokens:
             return self._finish("end-of-generation")
@@ -94,22 +115,30 @@ class CompletionRun:
         for source in prompt.sources:
             self.context.add(source)
         self.history = list(prompt.tokens)
-        rest = self.engine.previous_continuation(self.request.prefix)
+        rest = self.inputs.previous_rest
         if rest:
-            self.previous = self.engine.tokenizer.tokenize(self.healed + rest).tolist()
+            self.previous = self.tokenizer.tokenize(self.healed + rest).tolist()
         window = self._window(prompt.tokens)
         if window is not None:
             shape = window.shape
             self.stats.lookahead_window = f"W{shape.width} N{shape.ngram} G{shape.candidates}"
-        self.planner = Planner(self.options, self.caches, self.context, lambda: self.engine.policy, self.key, window)
+        self.planner = Planner(self.options, self.caches, self.context, self._policy, self.key, window)
         self.stats.ms_draft += (time.perf_counter() - t) * 1000
         return self._finish(self._decode_loop(self.planner))
 
+    def _policy(self) -> AutoPolicy:
+        policy = self.inputs.policy
+        if policy is None:
+            raise EngineError(f"draft mode {self.options.draft} needs auto's state, which the engine did not load")
+        return policy
+
     def _window(self, seed: list[int]) -> LookaheadWindow | None:
-        if self.options.draft == "lookahead":
+        mode = self.options.mode
+        if mode.fixed_window:
             return LookaheadWindow(self.options.lookahead, seed)
-        if self.options.draft == "auto":
-            return auto_window(self.engine.policy, self.engine.cost_model, self.key, seed)
+        if mode.adaptive:
+            policy = self._policy()
+            return auto_window(policy, policy.cost.curve, self.key, seed)
         return None
 
     def _decode_loop(self, planner: Planner) -> str:
@@ -141,10 +170,10 @@ class CompletionRun:
     def _record_pass(self, step: StepPlan, ms: float) -> None:
         """The pass's time, drafting to bookkeeping, for the cost curve (any mode, once auto's
         state exists) and, for auto's speculative passes, the guard."""
-        policy = self.engine.policy_if_loaded
+        policy = self.inputs.policy
         if policy is None:
             return
-        speculative = self.options.draft == "auto" and (len(step.tree) > 0 or step.window is not None)
+        speculative = self.options.mode.adaptive and (len(step.tree) > 0 or step.window is not None)
         policy.record_pass(self.key, step.positions, ms, step.produced, speculative)
 
     # -- one step ----------------------------------------------------------------------------
@@ -202,7 +231,7 @@ class CompletionRun:
             # The drafted path's accepted tokens: the accepted path's nodes up to the first
             # that only the window proposed.
             drafted = next((i for i, node in enumerate(path) if tree.sources[node] == WINDOW), len(path))
-            self.engine.policy.learn(step.evidence, drafted, step.offered)
+            self._policy().learn(step.evidence, drafted, step.offered)
         step.produced = len(path) + 1
         step.positions = batch.size if batch.n_outputs == batch.size and not prompt_tail else None
 
@@ -245,7 +274,7 @@ class CompletionRun:
     # -- the result --------------------------------------------------------------------------
 
     def generated_text(self) -> str:
-        text = self.engine.tokenizer.detokenize(self.generated).decode("utf-8", "ignore")
+        text = self.tokenizer.detokenize(self.generated).decode("utf-8", "ignore")
         # The healed token's text was typed already; the completion is what follows it.
         return text[len(self.healed) :] if self.healed and text.startswith(self.healed) else text
 

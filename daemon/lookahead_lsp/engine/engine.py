@@ -14,7 +14,7 @@ import llama_cpp
 
 from lookahead_lsp.cache_files import default_cache_dir
 from lookahead_lsp.engine import calibration, cost_model
-from lookahead_lsp.engine.completion import CompletionRun
+from lookahead_lsp.engine.completion import CompletionRun, RunInputs
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
 from lookahead_lsp.engine.options import CancelToken, DecodeOptions, DraftCaches, EngineSettings, step_room
@@ -66,10 +66,16 @@ class Engine:
         """Where each verified position's argmax is taken: "backend" or "host"."""
         return self.runtime.sampling
 
-    @property
-    def policy(self) -> AutoPolicy:
-        """auto's state, from the saved calibration; its first use measures the seed cost curve
-        if this machine has none yet (a few seconds)."""
+    def prepare(self) -> None:
+        """Does now what the first completion would otherwise wait for: measures this machine's
+        pass cost curve (once per machine and model; a few seconds) and builds the vocabulary
+        index token healing looks in (a second or two)."""
+        self.auto_policy()
+        self.token_prefixes()
+
+    def auto_policy(self) -> AutoPolicy:
+        """auto's state, from the saved calibration; the first call measures the seed cost
+        curve if this machine has none yet (a few seconds)."""
         if self._policy is None:
             seed = cost_model.load_or_measure(self.runtime, self._cache_dir)
             cal = self._calibration
@@ -77,15 +83,9 @@ class Engine:
             self._policy = AutoPolicy(cal.acceptance, cost, cal.guard)
         return self._policy
 
-    @property
-    def policy_if_loaded(self) -> AutoPolicy | None:
-        """auto's state if a completion has needed it already (no measuring)."""
-        return self._policy
-
-    @property
-    def cost_model(self) -> CostModel:
-        """Today's pass cost curve."""
-        return self.policy.cost.curve
+    def cost_curve(self) -> CostModel:
+        """Today's pass cost curve (measured first if need be, see auto_policy)."""
+        return self.auto_policy().cost.curve
 
     def save_calibration(self) -> None:
         """Writes what auto has learnt to the cache folder now (atomically)."""
@@ -117,9 +117,9 @@ class Engine:
             self._saver.join()
             self._saver = None
 
-    @property
     def token_prefixes(self) -> TokenPrefixes:
-        """The sorted vocabulary token healing looks in: built on first use (a second or two)."""
+        """The sorted vocabulary token healing looks in: built by the first call (a second or
+        two)."""
         if self._token_prefixes is None:
             self._token_prefixes = TokenPrefixes(self.tokenizer)
         return self._token_prefixes
@@ -139,13 +139,21 @@ class Engine:
         caches: DraftCaches = DraftCaches(),
         cancel: CancelToken | None = None,
     ) -> Completion:
-        start = time.perf_counter()
         cancelled: Callable[[], bool] = (lambda: cancel.cancelled) if cancel else (lambda: False)
-        if options.draft in ("auto", "lookahead"):
+        policy = self._policy
+        if options.mode.uses_policy:
             # A first use measures the seed curve: before this completion's clock starts.
-            self.policy.begin()
-            start = time.perf_counter()
-        run = CompletionRun(self, request, options, caches, cancelled, start)
+            policy = self.auto_policy()
+            policy.begin()
+        start = time.perf_counter()
+        prompt = self.build_prompt(request, options)
+        heal_ids = None
+        if prompt.healed_token is not None:
+            healed = self.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
+            heal_ids = self.token_prefixes().starting_with(healed)
+        rest = self.previous_continuation(request.prefix)
+        inputs = RunInputs(self.runtime, self.tokenizer, prompt, heal_ids, rest, policy)
+        run = CompletionRun(inputs, request, options, caches, cancelled, start)
         result = run.execute()
         self.previous = (request.prefix, run.generated_text())
         self._save_now_and_then()

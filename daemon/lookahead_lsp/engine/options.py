@@ -13,7 +13,34 @@ from lookahead_lsp.engine.prompt import PromptWindows
 from lookahead_lsp.engine.stopping import MULTILINE_MODES
 from lookahead_lsp.engine.window import LookaheadShape
 
-DRAFT_MODES = ("none", "lookup", "lookahead", "auto")
+
+
+@dataclass(frozen=True)
+class DraftMode:
+    """What a draft mode means for the rest of the engine, decided once per completion."""
+
+    name: str
+    drafts: bool  # passes verify drafted tokens (lookup trees, the last completion's rest)
+    fixed_window: bool  # every pass carries the configured Jacobi window
+    adaptive: bool  # auto: each draft's length, and any window, chosen by the policy
+
+    @property
+    def uses_policy(self) -> bool:
+        """Whether auto's state is loaded for it: auto plans with it, lookahead's wide passes
+        teach its cost curve."""
+        return self.adaptive or self.fixed_window
+
+
+_MODES = {
+    mode.name: mode
+    for mode in (
+        DraftMode("none", drafts=False, fixed_window=False, adaptive=False),
+        DraftMode("lookup", drafts=True, fixed_window=False, adaptive=False),
+        DraftMode("lookahead", drafts=True, fixed_window=True, adaptive=False),
+        DraftMode("auto", drafts=True, fixed_window=False, adaptive=True),
+    )
+}
+DRAFT_MODES = tuple(_MODES)
 # auto: the window shapes it may run, widest first (planning.auto_window picks one).
 AUTO_WINDOW_SHAPES = (LookaheadShape(8, 4, 8), LookaheadShape(4, 4, 4), LookaheadShape(2, 3, 2))
 
@@ -45,7 +72,7 @@ class DecodeOptions:
     speculation_key: str | None = None
 
     def __post_init__(self) -> None:
-        if self.draft not in DRAFT_MODES:
+        if self.draft not in _MODES:
             raise ValueError(f"draft must be one of {', '.join(DRAFT_MODES)}, not {self.draft!r}")
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
@@ -53,6 +80,10 @@ class DecodeOptions:
             raise ValueError(f"multiline must be one of {', '.join(MULTILINE_MODES)}, not {self.multiline!r}")
         if not 0 <= self.lookup_branches <= 16 or self.lookup_draft < 0:
             raise ValueError("lookup_branches must be in [0, 16] and lookup_draft >= 0")
+
+    @property
+    def mode(self) -> DraftMode:
+        return _MODES[self.draft]
 
 
 @dataclass(frozen=True)
@@ -81,9 +112,6 @@ class CancelToken:
 
 def step_room(options: DecodeOptions) -> int:
     """Positions one step may use beyond the current token."""
-    lookup = options.lookup_draft if options.draft != "auto" else AUTO_MAX_DRAFT
-    if options.draft == "auto":
-        window = max(shape.positions for shape in AUTO_WINDOW_SHAPES)
-    else:
-        window = options.lookahead.positions
-    return lookup + window + 8
+    if options.mode.adaptive:
+        return AUTO_MAX_DRAFT + max(shape.positions for shape in AUTO_WINDOW_SHAPES) + 8
+    return options.lookup_draft + options.lookahead.positions + 8

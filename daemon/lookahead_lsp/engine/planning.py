@@ -59,19 +59,16 @@ class Planner:
         self._policy = policy  # auto's state, created on first use
         self.key = key  # whose record auto's guard keeps
         self.window = window
-        self._draft = {
-            "none": self._no_draft,
-            "lookup": self._lookup_tree,
-            "lookahead": self._lookup_tree,  # the window's n-grams join it in plan()
-            "auto": self._auto_path,
-        }[options.draft]
+        mode = options.mode
+        # lookahead's window n-grams join its lookup tree in plan().
+        self._draft = self._auto_path if mode.adaptive else self._lookup_tree if mode.drafts else self._no_draft
 
     def plan(self, history: list[int], previous: list[int], remaining: int) -> StepPlan:
         """The next pass after `history` (the prompt and every accepted token) when `remaining`
         tokens may still be emitted; `previous`: the rest of the last completion."""
         room = max(0, remaining - 1)  # the pass adds one token of its own
         step = StepPlan(DraftTree(), self.window)
-        if room and previous and self.options.draft != "none":
+        if room and previous and self.options.mode.drafts:
             self._previous(step, previous[:room])
         elif room:
             self._draft(step, np.asarray(history[-4:], dtype=np.int32), room)
@@ -81,7 +78,7 @@ class Planner:
         return step
 
     def _previous(self, step: StepPlan, tokens: list[int]) -> None:
-        if self.options.draft == "auto":
+        if self.options.mode.adaptive:
             evidence = evidence_of(PREVIOUS, len(tokens))
             k = self._policy().choose(evidence, self.key).length
             tokens, step.evidence = tokens[:k], evidence[:k]
