@@ -137,8 +137,12 @@ test: install test-tools
 # The native core's tests once more, against a build with AddressSanitizer and UBSan: the cache
 # loaders promise never to read outside a mapping, whatever the file holds. Python itself is not
 # built with ASan, so its runtime is preloaded (with libstdc++, whose throw it intercepts), and
-# Python's allocations still live at exit are not leaks of ours.
+# Python's allocations still live at exit are not leaks of ours. Python runs without site (-S):
+# the editable install's import hook would otherwise load the regular build instead of this one
+# (it did, until issue 20); site-packages comes back through PYTHONPATH, after the ASan build.
+# Then a short run of the static cache fuzzer (`make fuzz`).
 SANITIZE_TESTS := tests/lookup
+SANITIZE_FUZZ_RUNS := 200000
 sanitize: install
 	cmake -S . -B build/sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOKUP_SANITIZE=ON \
 		-DLOOKUP_PYTHON_MODULE=ON -DPython_EXECUTABLE=$(abspath $(PY)) \
@@ -149,7 +153,37 @@ sanitize: install
 	cp build/sanitize/_lookup*.so build/sanitize/pkg/lookahead_lsp/
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 		ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		PYTHONPATH=build/sanitize/pkg $(PY) -m pytest -q -p no:cacheprovider $(SANITIZE_TESTS)
+		PYTHONPATH=build/sanitize/pkg:$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+		$(PY) -S -c 'import sys, lookahead_lsp._lookup as m; sys.exit(0 if "build/sanitize/" in m.__file__ else "not the ASan build: " + m.__file__)'
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+		ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		PYTHONPATH=build/sanitize/pkg:$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+		$(PY) -S -m pytest -q -p no:cacheprovider $(SANITIZE_TESTS)
+	$(MAKE) --no-print-directory fuzz FUZZ_RUNS=$(SANITIZE_FUZZ_RUNS)
+
+# The static cache format's fuzzer (native/fuzz/static_cache_fuzz.cpp) under AddressSanitizer and
+# UBSan: structured mutations of valid caches (header fields, bucket bounds, record keys and
+# spans, followers, counts with a matching layout; most behind a recomputed checksum) and raw
+# byte edits, each input in a guarded buffer. `make fuzz [FUZZ_RUNS=N] [FUZZ_SEED=S]` builds it
+# with $(CXX) and runs it; `make fuzz-libfuzzer` (clang: apt-get install clang) runs the same
+# target coverage-guided under libFuzzer, its corpus kept in build/fuzz/corpus.
+FUZZ_RUNS ?= 1000000
+FUZZ_SEED ?= 1
+FUZZ_SOURCES := native/fuzz/static_cache_fuzz.cpp $(addprefix native/,static_cache.cpp static_cache_store.cpp \
+	file_bytes.cpp checksum.cpp static_cache_builder.cpp atomic_file.cpp ngram_cache.cpp drafter.cpp)
+FUZZ_FLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all -Inative
+.PHONY: fuzz fuzz-libfuzzer
+build/fuzz/static_cache_fuzz: $(FUZZ_SOURCES) $(wildcard native/*.h)
+	mkdir -p build/fuzz
+	$(CXX) $(FUZZ_FLAGS) -fsanitize=address,undefined $(FUZZ_SOURCES) -o $@
+fuzz: build/fuzz/static_cache_fuzz
+	build/fuzz/static_cache_fuzz --runs $(FUZZ_RUNS) --seed $(FUZZ_SEED)
+build/fuzz/static_cache_libfuzzer: $(FUZZ_SOURCES) $(wildcard native/*.h)
+	mkdir -p build/fuzz
+	clang++ $(FUZZ_FLAGS) -DLOOKUP_LIBFUZZER -fsanitize=fuzzer,address,undefined $(FUZZ_SOURCES) -o $@
+fuzz-libfuzzer: build/fuzz/static_cache_libfuzzer
+	mkdir -p build/fuzz/corpus
+	build/fuzz/static_cache_libfuzzer -runs=$(FUZZ_RUNS) -seed=$(FUZZ_SEED) -max_len=65536 -print_final_stats=1 build/fuzz/corpus
 
 # One real completion with the default model: the body of a method in a small sample project,
 # drafted from the project's other file.

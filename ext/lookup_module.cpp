@@ -82,9 +82,9 @@ struct PyNgramCache {
     mutable std::shared_mutex mutex;
 };
 
-// The file's private copy is shared with every follower view handed to numpy, so close() (or
-// the cache being collected) never frees memory an array still shows. The lock keeps close()
-// from racing a drafting call on another thread.
+// The cache's bytes (a private copy or a mapping) are shared with every follower view handed to
+// numpy, so close() (or the cache being collected) never frees memory an array still shows. The
+// lock keeps close() from racing a drafting call on another thread.
 struct PyStaticCache {
     std::shared_ptr<lookup::StaticCache> cache = std::make_shared<lookup::StaticCache>();
     std::string path;
@@ -366,6 +366,18 @@ py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyN
     return d;
 }
 
+const char* storage_name(lookup::StaticCache::Storage storage) {
+    using Storage = lookup::StaticCache::Storage;
+    switch (storage) {
+        case Storage::memory: return "memory";
+        case Storage::stored_copy: return "stored copy";
+        case Storage::new_copy: return "new copy";
+        case Storage::borrowed: return "borrowed";
+        case Storage::none: break;
+    }
+    return "none";
+}
+
 py::dict header_dict(const lookup::StaticHeader& h) {
     py::dict d;
     d["format_version"] = h.format_version;
@@ -502,7 +514,8 @@ void bind_static_cache(py::module_& m) {
     py::class_<PyStaticCache>(m, "StaticCache")
         .def_static(
             "open",
-            [](const std::string& path, std::optional<int64_t> n_vocab, std::optional<uint64_t> fingerprint) {
+            [](const std::string& path, std::optional<int64_t> n_vocab, std::optional<uint64_t> fingerprint,
+               std::optional<std::string> store) {
                 auto c = std::make_unique<PyStaticCache>();
                 c->path = path;
                 std::optional<uint32_t> vocab;
@@ -511,12 +524,15 @@ void bind_static_cache(py::module_& m) {
                 bool ok;
                 {
                     py::gil_scoped_release nogil;
-                    ok = c->cache->open(path, vocab, fingerprint, &error);
+                    ok = store ? c->cache->open(path, vocab, fingerprint, *store, &error)
+                               : c->cache->open(path, vocab, fingerprint, &error);
                 }
                 if (!ok) throw CacheError(path, error);
+                c->verified.store(c->cache->verified());  // the store's copies are verified already
                 return c;
             },
-            py::arg("path"), py::arg("n_vocab") = py::none(), py::arg("fingerprint") = py::none())
+            py::arg("path"), py::arg("n_vocab") = py::none(), py::arg("fingerprint") = py::none(),
+            py::kw_only(), py::arg("store") = py::none())
         .def("verify",
              [](PyStaticCache& c) {
                  std::string error;
@@ -547,6 +563,16 @@ void bind_static_cache(py::module_& m) {
                  return c.open_cache().changed_on_disk();
              })
         .def_property_readonly("verified", [](const PyStaticCache& c) { return c.verified.load(); })
+        .def_property_readonly("storage",
+                               [](const PyStaticCache& c) {
+                                   std::shared_lock l(c.mutex);
+                                   return storage_name(c.open_cache().storage());
+                               })
+        .def_property_readonly("store_error",
+                               [](const PyStaticCache& c) {
+                                   std::shared_lock l(c.mutex);
+                                   return c.open_cache().store_error();
+                               })
         .def_property_readonly("path", [](const PyStaticCache& c) { return c.path; })
         .def_property_readonly("header",
                                [](const PyStaticCache& c) {

@@ -49,17 +49,62 @@ constexpr size_t k_read_chunk = size_t{1} << 30;
     return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) / 2;
 }
 
-// Why `path` could not be opened: its kind if it is not a regular file, else the error.
-[[nodiscard]] std::string open_failure(const std::string& path, int error) {
+// Why `name` could not be opened: its kind if it is not a regular file, else the error.
+[[nodiscard]] std::string open_failure(int folder_fd, const std::string& name, int error) {
     struct stat st {};
-    if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return not_regular(st.st_mode);
+    if (::fstatat(folder_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+        return not_regular(st.st_mode);
+    }
     return std::strerror(error);
 }
 
-[[nodiscard]] bool read_all(int fd, unsigned char* out, size_t size, std::string* error) {
+}  // namespace
+
+bool identity_at(const std::string& path, FileIdentity* identity) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return false;
+    *identity = identity_of(st);
+    return true;
+}
+
+bool ReadableFile::open_at(int folder_fd, const std::string& name, std::string* error) {
+    close();
+    const int folder = folder_fd < 0 ? AT_FDCWD : folder_fd;
+    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer. It changes nothing for the
+    // regular files that are read.
+    const int fd = ::openat(folder, name.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        *error = open_failure(folder, name, errno);
+        return false;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        *error = std::strerror(errno);
+    } else if (!S_ISREG(st.st_mode)) {
+        *error = not_regular(st.st_mode);
+    } else {
+        m_fd = fd;
+        m_owner = static_cast<uint32_t>(st.st_uid);
+        m_identity = identity_of(st);
+        return true;
+    }
+    ::close(fd);
+    return false;
+}
+
+void ReadableFile::close() {
+    if (m_fd >= 0) ::close(m_fd);
+    m_fd = -1;
+    m_owner = 0;
+    m_identity = {};
+}
+
+bool ReadableFile::read_at(uint64_t offset, void* out, size_t size, std::string* error) const {
+    auto* p = static_cast<unsigned char*>(out);
     size_t done = 0;
     while (done < size) {
-        const ssize_t n = ::pread(fd, out + done, std::min(size - done, k_read_chunk), static_cast<off_t>(done));
+        const ssize_t n = ::pread(m_fd, p + done, std::min(size - done, k_read_chunk),
+                                  static_cast<off_t>(offset + done));
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             *error = std::strerror(errno);
@@ -74,58 +119,6 @@ constexpr size_t k_read_chunk = size_t{1} << 30;
     return true;
 }
 
-// A descriptor of the regular file at `path` and its status, or -1 with `error` set.
-[[nodiscard]] int open_regular(const std::string& path, struct stat* st, std::string* error) {
-    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer. It changes nothing for the
-    // regular files that are read.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        *error = open_failure(path, errno);
-        return -1;
-    }
-    if (::fstat(fd, st) != 0) {
-        *error = std::strerror(errno);
-    } else if (!S_ISREG(st->st_mode)) {
-        *error = not_regular(st->st_mode);
-    } else if (static_cast<uint64_t>(st->st_size) > readable_limit()) {
-        *error = "larger than half of this machine's memory (" + std::to_string(readable_limit() >> 20) +
-                 " MiB), not read";
-    } else {
-        return fd;
-    }
-    ::close(fd);
-    return -1;
-}
-
-// Private, read-only, page-aligned memory holding the first `size` bytes of `fd`, or nullptr
-// with `error` set.
-[[nodiscard]] const unsigned char* read_private(int fd, size_t size, std::string* error) {
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        *error = std::strerror(errno);
-        return nullptr;
-    }
-#ifdef MADV_HUGEPAGE
-    // Advice only (Linux): look-ups hop across the whole file, so fewer TLB misses help.
-    ::madvise(p, size, MADV_HUGEPAGE);
-#endif
-    if (!read_all(fd, static_cast<unsigned char*>(p), size, error)) {
-        ::munmap(p, size);
-        return nullptr;
-    }
-    ::mprotect(p, size, PROT_READ);
-    return static_cast<const unsigned char*>(p);
-}
-
-}  // namespace
-
-bool identity_at(const std::string& path, FileIdentity* identity) {
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0) return false;
-    *identity = identity_of(st);
-    return true;
-}
-
 FileBytes::FileBytes(FileBytes&& other) noexcept { *this = std::move(other); }
 
 FileBytes& FileBytes::operator=(FileBytes&& other) noexcept {
@@ -133,7 +126,7 @@ FileBytes& FileBytes::operator=(FileBytes&& other) noexcept {
         close();
         m_data = std::exchange(other.m_data, nullptr);
         m_size = std::exchange(other.m_size, 0);
-        m_identity = other.m_identity;
+        m_kind = std::exchange(other.m_kind, Kind::none);
     }
     return *this;
 }
@@ -141,25 +134,78 @@ FileBytes& FileBytes::operator=(FileBytes&& other) noexcept {
 FileBytes::~FileBytes() { close(); }
 
 bool FileBytes::read(const std::string& path, std::string* error) {
+    ReadableFile file;
+    return file.open(path, error) && read(file, error);
+}
+
+bool FileBytes::read(const ReadableFile& file, std::string* error) {
     close();
-    struct stat st {};
-    const int fd = open_regular(path, &st, error);
-    if (fd < 0) return false;
-    const auto size = static_cast<size_t>(st.st_size);
-    const unsigned char* data = size == 0 ? nullptr : read_private(fd, size, error);
-    ::close(fd);
-    if (size > 0 && data == nullptr) return false;
-    m_data = data;
+    const uint64_t size = file.size();
+    if (size == 0) {
+        m_kind = Kind::copied;
+        return true;
+    }
+    if (size > readable_limit()) {
+        *error = "larger than half of this machine's memory (" + std::to_string(readable_limit() >> 20) +
+                 " MiB), not read";
+        return false;
+    }
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        *error = std::strerror(errno);
+        return false;
+    }
+#ifdef MADV_HUGEPAGE
+    // Advice only (Linux): look-ups hop across the whole file, so fewer TLB misses help.
+    ::madvise(p, size, MADV_HUGEPAGE);
+#endif
+    if (!file.read_at(0, p, size, error)) {
+        ::munmap(p, size);
+        return false;
+    }
+    ::mprotect(p, size, PROT_READ);
+    m_data = static_cast<const unsigned char*>(p);
     m_size = size;
-    m_identity = identity_of(st);
+    m_kind = Kind::copied;
     return true;
 }
 
+bool FileBytes::map(const ReadableFile& file, std::string* error) {
+    close();
+    const uint64_t size = file.size();
+    if (size == 0) {
+        m_kind = Kind::mapped;
+        return true;
+    }
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+    if (p == MAP_FAILED) {
+        *error = std::strerror(errno);
+        return false;
+    }
+#ifdef MADV_HUGEPAGE
+    // Advice only: kernels that collapse read-only file mappings into huge pages may do so.
+    ::madvise(p, size, MADV_HUGEPAGE);
+#endif
+    m_data = static_cast<const unsigned char*>(p);
+    m_size = size;
+    m_kind = Kind::mapped;
+    return true;
+}
+
+void FileBytes::borrow(const unsigned char* data, size_t size) {
+    close();
+    m_data = data;
+    m_size = size;
+    m_kind = Kind::borrowed;
+}
+
 void FileBytes::close() {
-    if (m_data != nullptr) ::munmap(const_cast<unsigned char*>(m_data), m_size);
+    if (m_data != nullptr && (m_kind == Kind::copied || m_kind == Kind::mapped)) {
+        ::munmap(const_cast<unsigned char*>(m_data), m_size);
+    }
     m_data = nullptr;
     m_size = 0;
-    m_identity = {};
+    m_kind = Kind::none;
 }
 
 }  // namespace lookup

@@ -4,17 +4,16 @@
 
 #include <cstddef>
 #include <cstring>
+#include <utility>
 
 namespace lookup {
 
 namespace {
 
-// Is [offset, offset + count * item) inside a file of `size` bytes, without overflow?
-[[nodiscard]] bool section_fits(uint64_t offset, uint64_t count, uint64_t item, uint64_t size) {
-    if (offset > size || offset % 8 != 0) return false;
-    return count <= (size - offset) / item;
-}
-
+// The header alone, and against a file of `size` bytes: everything a reader relies on before it
+// reads a section. Empty if sound. The layout is the writer's exactly (static_layout), so the
+// declared counts fix every offset and the file's size; a file that does not add up is refused
+// before anything in it is read.
 [[nodiscard]] std::string describe_header_error(const StaticHeader& h, uint64_t size) {
     if (std::memcmp(h.magic, k_static_magic, sizeof h.magic) != 0) {
         return "not a lookahead-lsp static cache (bad magic)";
@@ -31,19 +30,55 @@ namespace {
     }
     if (h.ngram_order != k_static_ngram) return "corrupt header (n-gram order is not 2)";
     if (h.n_vocab == 0 || h.n_vocab > k_static_max_vocab) return "corrupt header (vocabulary size)";
-    if (h.n_buckets == 0 || (h.n_buckets & (h.n_buckets - 1)) != 0 || h.n_buckets > (uint64_t{1} << 32)) {
-        return "corrupt header (bucket count)";
-    }
-    if (h.n_keys > 0xFFFFFFFFull || h.n_followers > k_span_offset_mask || h.n_keys > h.n_followers) {
+    // Every key has at least one follower of count >= 1.
+    if (h.n_keys > k_static_max_keys || h.n_followers > k_static_max_followers || h.n_keys > h.n_followers ||
+        (h.n_keys == 0) != (h.n_followers == 0) || h.total_count < h.n_followers) {
         return "corrupt header (key or follower count)";
     }
-    const bool sections_ok = h.buckets_offset >= sizeof(StaticHeader) &&
-                             section_fits(h.buckets_offset, h.n_buckets + 1, 4, size) &&
-                             h.records_offset >= h.buckets_offset + (h.n_buckets + 1) * 4 &&
-                             section_fits(h.records_offset, h.n_keys, sizeof(StaticRecord), size) &&
-                             h.followers_offset >= h.records_offset + h.n_keys * sizeof(StaticRecord) &&
-                             section_fits(h.followers_offset, h.n_followers, sizeof(Follower), size);
-    if (!sections_ok) return "corrupt header (section offsets)";
+    const StaticLayout layout = static_layout(h.n_keys, h.n_followers);
+    if (h.n_buckets != layout.n_buckets) return "corrupt header (bucket count)";
+    if (h.buckets_offset != layout.buckets_offset || h.records_offset != layout.records_offset ||
+        h.followers_offset != layout.followers_offset) {
+        return "corrupt header (section offsets)";
+    }
+    if (layout.file_size != size) return "corrupt header (section sizes do not add up to the file size)";
+    return {};
+}
+
+[[nodiscard]] std::string describe_mismatch(const StaticHeader& h, std::optional<uint32_t> expected_vocab,
+                                            std::optional<uint64_t> expected_fingerprint) {
+    if (expected_vocab && h.n_vocab != *expected_vocab) {
+        return "built for a vocabulary of " + std::to_string(h.n_vocab) + " tokens, the model has " +
+               std::to_string(*expected_vocab);
+    }
+    if (expected_fingerprint && h.tokenizer_fingerprint != *expected_fingerprint) {
+        return "built with another tokenizer than the model's (rebuild it with build-cache)";
+    }
+    return {};
+}
+
+// The section bounds a sound header cannot vouch for, read with a few small reads before the
+// file is read or copied: the first and last bucket bounds and the first and last record spans.
+// A file of zeros behind a plausible header (a sparse file: gigabytes that take no disk) fails
+// here. `read_at(offset, out, size)` reads or sets `error`.
+template <class ReadAt>
+[[nodiscard]] std::string probe_sections(const StaticHeader& h, ReadAt&& read_at) {
+    uint32_t first_bucket = 0, last_bucket = 0;
+    if (!read_at(h.buckets_offset, &first_bucket, sizeof first_bucket) ||
+        !read_at(h.buckets_offset + h.n_buckets * sizeof(uint32_t), &last_bucket, sizeof last_bucket)) {
+        return "truncated while being read";
+    }
+    if (first_bucket != 0 || last_bucket != h.n_keys) return "corrupt (bucket bounds)";
+    if (h.n_keys == 0) return {};
+    StaticRecord first{}, last{};
+    const uint64_t last_offset = h.records_offset + (h.n_keys - 1) * sizeof(StaticRecord);
+    if (!read_at(h.records_offset, &first, sizeof first) || !read_at(last_offset, &last, sizeof last)) {
+        return "truncated while being read";
+    }
+    if ((first.span & k_span_offset_mask) != 0) return "corrupt (record 0)";
+    if ((last.span & k_span_offset_mask) + (last.span >> k_span_offset_bits) != h.n_followers) {
+        return "corrupt (record " + std::to_string(h.n_keys - 1) + ")";
+    }
     return {};
 }
 
@@ -51,58 +86,152 @@ namespace {
 
 bool StaticCache::open(const std::string& path, std::optional<uint32_t> expected_vocab,
                        std::optional<uint64_t> expected_fingerprint, std::string* error) {
+    return open_file(path, expected_vocab, expected_fingerprint, nullptr, error);
+}
+
+bool StaticCache::open(const std::string& path, std::optional<uint32_t> expected_vocab,
+                       std::optional<uint64_t> expected_fingerprint, const std::string& store_folder,
+                       std::string* error) {
+    return open_file(path, expected_vocab, expected_fingerprint, &store_folder, error);
+}
+
+bool StaticCache::open_file(const std::string& path, std::optional<uint32_t> expected_vocab,
+                            std::optional<uint64_t> expected_fingerprint, const std::string* store_folder,
+                            std::string* error) {
     close();
+    ReadableFile file;
     std::string reason;
-    if (!m_file.read(path, &reason)) {
+    if (!file.open(path, &reason)) {
         *error = "cannot open (" + reason + ")";
         return false;
     }
-    if (m_file.size() < sizeof(StaticHeader)) {
-        *error = m_file.size() == 0 ? "empty file, not a static cache" : "truncated (no complete header)";
-        m_file.close();
+    if (file.size() < sizeof(StaticHeader)) {
+        *error = file.size() == 0 ? "empty file, not a static cache" : "truncated (no complete header)";
         return false;
     }
     StaticHeader h;
-    std::memcpy(&h, m_file.data(), sizeof h);
-    reason = describe_header_error(h, m_file.size());
-    if (reason.empty() && expected_vocab && h.n_vocab != *expected_vocab) {
-        reason = "built for a vocabulary of " + std::to_string(h.n_vocab) + " tokens, the model has " +
-                 std::to_string(*expected_vocab);
+    if (!file.read_at(0, &h, sizeof h, &reason)) {
+        *error = "cannot open (" + reason + ")";
+        return false;
     }
-    if (reason.empty() && expected_fingerprint && h.tokenizer_fingerprint != *expected_fingerprint) {
-        reason = "built with another tokenizer than the model's (rebuild it with build-cache)";
+    reason = describe_header_error(h, file.size());
+    if (reason.empty()) reason = describe_mismatch(h, expected_vocab, expected_fingerprint);
+    if (reason.empty()) {
+        std::string ignored;
+        reason = probe_sections(h, [&](uint64_t offset, void* out, size_t n) {
+            return file.read_at(offset, out, n, &ignored);
+        });
     }
     if (!reason.empty()) {
         *error = reason;
-        m_file.close();
+        return false;
+    }
+    FileBytes bytes;
+    Storage storage = Storage::memory;
+    if (store_folder != nullptr) {
+        auto store = std::make_unique<StaticCacheStore>();
+        bool store_failed = true;
+        if (!store->open(*store_folder, &reason)) {
+            m_store_error = "static cache store not used: " + reason;
+        } else if (store->find(h, &bytes)) {
+            storage = Storage::stored_copy;
+        } else if (store->stage(file, &bytes, &m_staged, &reason, &store_failed)) {
+            storage = Storage::new_copy;
+            m_store = std::move(store);
+        } else if (store_failed) {
+            m_store_error = "static cache store not used: " + reason;
+        } else {
+            *error = "cannot open (" + reason + ")";
+            return false;
+        }
+    }
+    if (storage == Storage::memory && !bytes.read(file, &reason)) {
+        *error = "cannot open (" + reason + ")";
         return false;
     }
     m_path = path;
+    m_identity = file.identity();
+    if (!attach(std::move(bytes), h, storage, error)) {
+        close();
+        return false;
+    }
+    return true;
+}
+
+bool StaticCache::open_memory(const unsigned char* data, size_t size, std::string* error) {
+    close();
+    if (size < sizeof(StaticHeader)) {
+        *error = size == 0 ? "empty file, not a static cache" : "truncated (no complete header)";
+        return false;
+    }
+    StaticHeader h;
+    std::memcpy(&h, data, sizeof h);
+    std::string reason = describe_header_error(h, size);
+    if (reason.empty()) {
+        reason = probe_sections(h, [&](uint64_t offset, void* out, size_t n) {
+            if (offset > size || n > size - offset) return false;
+            std::memcpy(out, data + offset, n);
+            return true;
+        });
+    }
+    if (!reason.empty()) {
+        *error = reason;
+        return false;
+    }
+    FileBytes bytes;
+    bytes.borrow(data, size);
+    if (!attach(std::move(bytes), h, Storage::borrowed, error)) {
+        close();
+        return false;
+    }
+    return true;
+}
+
+bool StaticCache::attach(FileBytes bytes, const StaticHeader& h, Storage storage, std::string* error) {
+    // The header was checked as read first; the bytes must still begin with it (the file may
+    // have been rewritten between the two reads).
+    if (bytes.size() != h.file_size || std::memcmp(bytes.data(), &h, sizeof h) != 0) {
+        *error = "changed while being read (open it again)";
+        return false;
+    }
+    if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint64_t) != 0) {
+        *error = "bytes not 8-byte aligned";
+        return false;
+    }
+    m_file = std::move(bytes);
     m_header = h;
+    m_storage = storage;
     m_open = true;
-    // The copy is page-aligned, so every section offset (a multiple of 8) is aligned.
+    // Copies and mappings are page-aligned, so every section offset (a multiple of 64) is aligned.
     m_buckets = reinterpret_cast<const uint32_t*>(m_file.data() + h.buckets_offset);
     m_records = reinterpret_cast<const StaticRecord*>(m_file.data() + h.records_offset);
     m_followers = reinterpret_cast<const Follower*>(m_file.data() + h.followers_offset);
-    m_bucket_bits = 0;
-    while ((uint64_t{1} << m_bucket_bits) < h.n_buckets) ++m_bucket_bits;
+    m_bucket_bits = static_layout(h.n_keys, h.n_followers).bucket_bits;
+    // A stored copy is named only once verified (StaticCacheStore::commit).
+    m_verified.store(storage == Storage::stored_copy);
     return true;
 }
 
 void StaticCache::close() {
+    if (m_store != nullptr) m_store->discard(m_staged);
+    m_store.reset();
+    m_staged.clear();
     m_file.close();
     m_path.clear();
+    m_identity = {};
     m_header = {};
+    m_storage = Storage::none;
+    m_store_error.clear();
     m_open = false;
     m_buckets = nullptr;
     m_records = nullptr;
     m_followers = nullptr;
-    m_verified = false;
+    m_verified.store(false);
 }
 
 bool StaticCache::changed_on_disk() const {
     FileIdentity now;
-    return !identity_at(m_path, &now) || now != m_file.identity();
+    return !identity_at(m_path, &now) || now != m_identity;
 }
 
 FollowerSpan StaticCache::span_at(uint64_t span) const {
@@ -126,29 +255,50 @@ StaticCache::Entry StaticCache::find(token_t t0, token_t t1) const {
 }
 
 bool StaticCache::verify(std::string* error) {
-    const StaticHeader& h = m_header;
-    Checksum sum;
-    StaticHeader zeroed = h;
-    zeroed.checksum = 0;
-    sum.update(&zeroed, sizeof zeroed);
-    sum.update(m_file.data() + sizeof zeroed, m_file.size() - sizeof zeroed);
-    if (sum.digest() != h.checksum) {
-        *error = "corrupt (checksum mismatch)";
+    std::lock_guard<std::mutex> lock(m_verify_mutex);
+    if (m_verified.load()) return true;
+    if (!m_open) {
+        *error = "static cache is closed";
         return false;
     }
+    StaticHeader zeroed = m_header;
+    zeroed.checksum = 0;
+    Checksum sum;
+    sum.update(&zeroed, sizeof zeroed);
+    sum.update(m_file.data() + sizeof zeroed, m_file.size() - sizeof zeroed);
+    const bool sound = sum.digest() == m_header.checksum;
+    if (!sound) *error = "corrupt (checksum mismatch)";
+    if (!sound || !verify_structure(error)) {
+        if (m_store != nullptr) m_store->discard(m_staged);
+        m_store.reset();
+        return false;
+    }
+    if (m_store != nullptr) m_store->commit(m_staged, m_header);
+    m_store.reset();
+    m_staged.clear();
+    m_verified.store(true);
+    return true;
+}
+
+bool StaticCache::verify_structure(std::string* error) const {
     // The checksum passed, so what follows only fails for a file that a buggy or hostile writer
-    // produced with a valid checksum; check every invariant the drafter relies on anyway.
+    // produced with a valid checksum; check every invariant the drafter relies on anyway, each
+    // offset before it is used: the bucket bounds first, so every record index read below is
+    // under n_keys, then each record's span against the followers.
+    const StaticHeader& h = m_header;
     if (m_buckets[0] != 0 || m_buckets[h.n_buckets] != h.n_keys) {
         *error = "corrupt (bucket bounds)";
         return false;
     }
-    uint64_t next_offset = 0;
-    uint64_t total = 0;
     for (uint64_t b = 0; b < h.n_buckets; ++b) {
         if (m_buckets[b] > m_buckets[b + 1]) {
             *error = "corrupt (buckets out of order)";
             return false;
         }
+    }
+    uint64_t next_offset = 0;
+    uint64_t total = 0;
+    for (uint64_t b = 0; b < h.n_buckets; ++b) {
         for (uint64_t i = m_buckets[b]; i < m_buckets[b + 1]; ++i) {
             const StaticRecord& r = m_records[i];
             const auto t0 = static_cast<uint32_t>(pair_token(r.key, 0));
@@ -184,7 +334,6 @@ bool StaticCache::verify(std::string* error) {
         *error = "corrupt (follower totals)";
         return false;
     }
-    m_verified = true;
     return true;
 }
 

@@ -4,29 +4,63 @@
 #include "file_bytes.h"
 #include "ngram.h"
 #include "static_cache_format.h"
+#include "static_cache_store.h"
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
 namespace lookup {
 
-// open() reads the file into private memory (its size) and checks the header; nothing done to
-// the file afterwards reaches what was read, and changed_on_disk() tells when it was replaced
-// or rewritten. verify() checks the copy once (checksum and structure). find() trusts nothing it
-// reads: a corrupt bucket or span yields "no followers", never a read outside the copy.
+// open() checks the header against the file's size, and probes the section bounds, before
+// anything large is read or allocated; then the bytes are read into private memory or, through
+// the store, mapped from a private copy (static_cache_store.h). Nothing done to the file
+// afterwards reaches what was checked, and changed_on_disk() tells when it was replaced or
+// rewritten. verify() checks the bytes once (checksum, then every offset and length before it
+// is used, then the structure). find() trusts nothing it reads: a corrupt bucket or span yields
+// "no followers", never a read outside the bytes.
 class StaticCache {
 public:
+    // Where the bytes are.
+    enum class Storage {
+        none,
+        memory,       // read whole into private memory
+        stored_copy,  // the store's copy of this file, mapped, verified when it was stored
+        new_copy,     // copied into the store by this open, named there once verify() passes
+        borrowed,     // memory given by the caller
+    };
+
     // Without an expected vocabulary size or fingerprint, that check is skipped. On failure
     // returns false and sets `error` to a one-line reason (without the path).
+    //
+    // Reads the file whole into private memory: the file itself is what verify() checks
+    // (inspect-cache --verify).
     bool open(const std::string& path, std::optional<uint32_t> expected_vocab,
               std::optional<uint64_t> expected_fingerprint, std::string* error);
+    // Through the store in `store_folder`: maps the store's verified copy of a file with this
+    // header (O(1), verified already), else copies the file into the store and maps the copy.
+    // A store that cannot be used (its folder, a full disk) falls back to private memory, and
+    // store_error() says why.
+    bool open(const std::string& path, std::optional<uint32_t> expected_vocab,
+              std::optional<uint64_t> expected_fingerprint, const std::string& store_folder, std::string* error);
+    // Bytes the caller keeps alive and unchanged until close() (the fuzzer); 8-byte aligned.
+    bool open_memory(const unsigned char* data, size_t size, std::string* error);
     bool verify(std::string* error);
     void close();
 
+    StaticCache() = default;
+    StaticCache(const StaticCache&) = delete;
+    StaticCache& operator=(const StaticCache&) = delete;
+    ~StaticCache() { close(); }
+
     [[nodiscard]] bool is_open() const { return m_open; }
-    [[nodiscard]] bool verified() const { return m_verified; }
+    [[nodiscard]] bool verified() const { return m_verified.load(); }
     [[nodiscard]] const StaticHeader& header() const { return m_header; }
+    [[nodiscard]] Storage storage() const { return m_storage; }
+    [[nodiscard]] const std::string& store_error() const { return m_store_error; }
     // Whether the path opened now names another file or one modified since (or nothing): a
     // stat, no reading.
     [[nodiscard]] bool changed_on_disk() const;
@@ -52,17 +86,28 @@ public:
     }
 
 private:
+    bool open_file(const std::string& path, std::optional<uint32_t> expected_vocab,
+                   std::optional<uint64_t> expected_fingerprint, const std::string* store_folder,
+                   std::string* error);
+    bool attach(FileBytes bytes, const StaticHeader& h, Storage storage, std::string* error);
+    [[nodiscard]] bool verify_structure(std::string* error) const;
     [[nodiscard]] FollowerSpan span_at(uint64_t span) const;
 
     FileBytes m_file;
     std::string m_path;
+    FileIdentity m_identity;  // the file's at open, for changed_on_disk()
     StaticHeader m_header{};  // a copy: checked once, then read without re-checking
+    Storage m_storage = Storage::none;
+    std::string m_store_error;
+    std::unique_ptr<StaticCacheStore> m_store;  // while a new copy waits for verify()
+    std::string m_staged;
+    std::mutex m_verify_mutex;
     bool m_open = false;
     const uint32_t* m_buckets = nullptr;
     const StaticRecord* m_records = nullptr;
     const Follower* m_followers = nullptr;
     int m_bucket_bits = 0;
-    bool m_verified = false;
+    std::atomic<bool> m_verified{false};
 };
 
 }  // namespace lookup

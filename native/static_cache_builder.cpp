@@ -200,10 +200,9 @@ bool StaticCacheBuilder::write(const std::string& path, uint64_t tokenizer_finge
     });
 
     // ...then grouped by bucket (a stable counting sort keeps keys ascending inside a bucket).
-    // About two keys per bucket: a lookup reads one or two cache lines of records.
-    int bucket_bits = 0;
-    while ((uint64_t{1} << bucket_bits) * 2 < n_keys) ++bucket_bits;
-    const uint64_t n_buckets = uint64_t{1} << bucket_bits;
+    const StaticLayout layout = static_layout(n_keys, m_entries.size());
+    const int bucket_bits = layout.bucket_bits;
+    const uint64_t n_buckets = layout.n_buckets;
     std::vector<uint32_t> buckets(n_buckets + 1, 0);
     for (const StaticRecord& r : by_key) ++buckets[bucket_of(r.key, bucket_bits) + 1];
     for (uint64_t b = 0; b < n_buckets; ++b) buckets[b + 1] += buckets[b];
@@ -225,10 +224,10 @@ bool StaticCacheBuilder::write(const std::string& path, uint64_t tokenizer_finge
     h.n_followers = m_entries.size();
     h.n_buckets = n_buckets;
     for (uint32_t c : m_counts) h.total_count += c;
-    h.buckets_offset = align_section(sizeof(StaticHeader));
-    h.records_offset = align_section(h.buckets_offset + (n_buckets + 1) * sizeof(uint32_t));
-    h.followers_offset = align_section(h.records_offset + n_keys * sizeof(StaticRecord));
-    h.file_size = h.followers_offset + m_entries.size() * sizeof(Follower);
+    h.buckets_offset = layout.buckets_offset;
+    h.records_offset = layout.records_offset;
+    h.followers_offset = layout.followers_offset;
+    h.file_size = layout.file_size;
 
     AtomicFile file(path);
     ChecksummedWriter out(file);

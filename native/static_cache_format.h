@@ -8,7 +8,9 @@
 // The static-only drafting decision for each pair (its most frequent follower if the total count
 // is >= 2 and it holds >= 50 %) is made once, when the file is built, and kept in the record:
 // it would otherwise need a pass over all of a pair's followers at every drafting step.
-// Sections start on 64-byte boundaries. All integers are little-endian as written by the
+// Sections start on 64-byte boundaries, each right after the one before (static_layout below):
+// the counts in the header fix every offset and the file's size, which a reader checks before
+// it reads any section. All integers are little-endian as written by the
 // machine that built the file; byte_order_mark detects a file from a machine of the other
 // endianness. The checksum covers the whole file with the checksum field read as zero.
 #pragma once
@@ -107,8 +109,37 @@ template <class TokenAt, class CountAt>
     return qualifies ? best : -1;
 }
 
-[[nodiscard]] inline size_t align_section(size_t offset) {
-    return (offset + k_section_alignment - 1) & ~(k_section_alignment - 1);
+[[nodiscard]] inline uint64_t align_section(uint64_t offset) {
+    return (offset + k_section_alignment - 1) & ~uint64_t{k_section_alignment - 1};
+}
+
+// The most keys and followers a file may hold (record fields: 32-bit bucket bounds, 40-bit
+// follower offsets), so that the layout below never overflows.
+inline constexpr uint64_t k_static_max_keys = 0xFFFFFFFFull;
+inline constexpr uint64_t k_static_max_followers = k_span_offset_mask;
+
+// Where each section of a file with these counts starts and where the file ends: the one
+// layout the writer produces and the reader accepts (no gaps, nothing after the followers).
+// About two keys per bucket, so a look-up reads one or two cache lines of records.
+struct StaticLayout {
+    int bucket_bits = 0;
+    uint64_t n_buckets = 1;
+    uint64_t buckets_offset = 0;
+    uint64_t records_offset = 0;
+    uint64_t followers_offset = 0;
+    uint64_t file_size = 0;
+};
+
+// Counts within k_static_max_keys and k_static_max_followers only.
+[[nodiscard]] inline StaticLayout static_layout(uint64_t n_keys, uint64_t n_followers) {
+    StaticLayout l;
+    while ((uint64_t{1} << l.bucket_bits) * 2 < n_keys) ++l.bucket_bits;
+    l.n_buckets = uint64_t{1} << l.bucket_bits;
+    l.buckets_offset = align_section(sizeof(StaticHeader));
+    l.records_offset = align_section(l.buckets_offset + (l.n_buckets + 1) * sizeof(uint32_t));
+    l.followers_offset = align_section(l.records_offset + n_keys * sizeof(StaticRecord));
+    l.file_size = l.followers_offset + n_followers * sizeof(Follower);
+    return l;
 }
 
 }  // namespace lookup

@@ -71,19 +71,36 @@ class NgramCache:
     def __eq__(self, other: object) -> bool: ...
 
 class StaticCache:
-    """The repository cache: a read-only 2-gram cache read from one file into private memory (the file's size), so
-    nothing done to the file afterwards changes or crashes it. open() checks the header;
-    verify() checks the whole-file checksum and every structural invariant. Drafting refuses
-    a cache that has not been verified."""
+    """The repository cache: a read-only 2-gram cache. open() checks the header against the
+    file's size, and the section bounds with a few small reads, before anything large is read;
+    then the file is read into private memory (the file's size), or, with a store, served from a
+    verified private copy in the store that is mapped, so nothing done to the file afterwards
+    changes or crashes it. verify() checks the whole-file checksum and every structural
+    invariant. Drafting refuses a cache that has not been verified."""
 
     @staticmethod
     def open(
-        path: str, n_vocab: Optional[int] = None, fingerprint: Optional[int] = None
+        path: str,
+        n_vocab: Optional[int] = None,
+        fingerprint: Optional[int] = None,
+        *,
+        store: Optional[str] = None,
     ) -> "StaticCache":
         """CacheError if the file is missing, not a regular file (a symbolic link is not
-        followed, a FIFO is refused without waiting), truncated, of another format version, or
-        (when given) built for another vocabulary size or tokenizer fingerprint."""
+        followed, a FIFO is refused without waiting), truncated, of another format version,
+        inconsistent with its size, or (when given) built for another vocabulary size or
+        tokenizer fingerprint. store: a folder of the user's only (created 0700 if missing);
+        the store's copy of a file with this header is mapped, verified already (O(1)), else
+        the file is copied there, mapped, and the copy kept once verify() passes. A store that
+        cannot be used falls back to private memory (store_error says why)."""
     def verify(self) -> None: ...
+    @property
+    def storage(self) -> str:
+        """Where the bytes are: "memory" (read into private memory), "stored copy" (the
+        store's verified copy, mapped), "new copy" (copied into the store by this open)."""
+    @property
+    def store_error(self) -> str:
+        """Why the store was not used ("" if it was, or none was given)."""
     def changed_on_disk(self) -> bool:
         """Whether the path now holds another file, or the same one modified, or nothing: a
         stat (device, inode, size, modification and change times) compared with the file

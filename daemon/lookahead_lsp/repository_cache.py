@@ -1,43 +1,64 @@
 """The repository draft source: a static cache file (built by build-cache) opened for drafting.
 The daemon's folders, `complete` and `lookup-stats` all open theirs here, so each is checked the
-same way: against the model's tokenizer, then whole (drafting refuses an unverified cache)."""
+same way: against the model's tokenizer, then whole (drafting refuses an unverified cache).
+
+Each is served from the user's store of verified private copies (native/static_cache_store.h):
+the first use copies the file there and verifies the copy, later uses map that copy in O(1).
+The file itself is never mapped, so rewriting or truncating it underneath changes nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from lookahead_lsp._lookup import STATIC_MAGIC, CacheError, NgramCache, StaticCache, StaticCacheBuilder
+from lookahead_lsp.cache_files import default_cache_dir
 from lookahead_lsp.safe_reads import open_regular_file
 
 
 @dataclass(frozen=True)
 class RepositoryCache:
-    """An opened, verified cache and how long opening (converting included) and verifying
-    took."""
+    """An opened, verified cache, how long opening (converting or copying included) and
+    verifying took, and why the store was not used ("" when it was)."""
 
     cache: StaticCache
     open_ms: float
     verify_ms: float
+    store_error: str = ""
+
+
+def default_store(cache_dir: Path | None = None) -> Path:
+    """The store of verified private copies: static-caches/ in the cache folder (the user's
+    by default)."""
+    return (cache_dir or default_cache_dir()) / "static-caches"
 
 
 def open_repository_cache(
-    path: Path, n_vocab: int, fingerprint: int, accept_upstream: bool = False
+    path: Path, n_vocab: int, fingerprint: int, accept_upstream: bool = False, store: Path | None = None
 ) -> RepositoryCache:
     """Opens the static cache at path for a tokenizer (its vocabulary size and fingerprint) and
-    verifies it. accept_upstream: a llama.cpp lookup cache is taken too, converted to ours in a
-    temporary file first. CacheError, one line naming the file, when it cannot be used: missing,
-    not a regular file (never waited on), damaged, or built for another tokenizer."""
+    verifies it, through the store (default_store() unless given). accept_upstream: a
+    llama.cpp lookup cache is taken too, converted to ours in a temporary file first.
+    CacheError, one line naming the file, when it cannot be used: missing, not a regular file
+    (never waited on), damaged, or built for another tokenizer. A store that cannot be used
+    (another owner, writable by others, a full disk) only costs the O(1) open: the file is then
+    read into private memory, and store_error says why."""
     started = time.perf_counter()
     if accept_upstream and not _is_ours(path):
         cache = _converted(path, n_vocab, fingerprint)
     else:
-        cache = StaticCache.open(str(path), n_vocab, fingerprint)
+        folder = store or default_store()
+        with contextlib.suppress(OSError):  # the native store says why it cannot be used
+            folder.parent.mkdir(parents=True, exist_ok=True)
+        cache = StaticCache.open(str(path), n_vocab, fingerprint, store=str(folder))
     opened = time.perf_counter()
     cache.verify()
-    return RepositoryCache(cache, (opened - started) * 1000.0, (time.perf_counter() - opened) * 1000.0)
+    return RepositoryCache(
+        cache, (opened - started) * 1000.0, (time.perf_counter() - opened) * 1000.0, cache.store_error
+    )
 
 
 def _is_ours(path: Path) -> bool:

@@ -1,5 +1,5 @@
-"""StaticCacheBuilder / StaticCache (the verified, memory-mapped 2-gram cache) and the upstream
-(llama.cpp) lookup-cache file format, against the pure-Python reference; corrupt files."""
+"""StaticCacheBuilder / StaticCache (the verified 2-gram cache) and the upstream (llama.cpp)
+lookup-cache file format, against the pure-Python reference; corrupt and crafted files."""
 
 from __future__ import annotations
 
@@ -646,10 +646,9 @@ def test_wrong_magic_version_and_byte_order(tmp_path_factory, golden: Golden) ->
 
 def test_wrong_vocab_or_fingerprint(golden: Golden) -> None:
     path = golden.path
-    for kwargs in ({"n_vocab": 41}, {"n_vocab": 39}, {"fingerprint": 78}, {"fingerprint": 0},
-                   {"n_vocab": 40, "fingerprint": 2**64 - 1}):
+    for n_vocab, fingerprint in ((41, None), (39, None), (None, 78), (None, 0), (40, 2**64 - 1)):
         with pytest.raises(CacheError) as e:
-            _lookup.StaticCache.open(path, **kwargs)
+            _lookup.StaticCache.open(path, n_vocab, fingerprint)
         check_error_message(e.value, path)
     open_verified(path, 40, 77).close()
     open_verified(path, n_vocab=40).close()
@@ -755,8 +754,10 @@ def test_structural_corruption_behind_a_valid_checksum(tmp_path_factory, golden:
 
 def run_isolated(code: str, timeout: float = 120) -> "subprocess.CompletedProcess[str]":
     """Runs `code` in a fresh interpreter, so that a crash (SIGSEGV, SIGBUS) or a hang fails the
-    test instead of ending or stalling pytest."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+    test instead of ending or stalling pytest. An interpreter started without site (-S, as `make
+    sanitize` runs the sanitizer build from PYTHONPATH) starts its child the same way."""
+    site = ["-S"] if sys.flags.no_site else []
+    return subprocess.run([sys.executable, *site, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -897,6 +898,168 @@ def test_changed_on_disk(tmp_path) -> None:  # type: ignore[no-untyped-def]
     s.close()
     with pytest.raises(ValueError):
         s.changed_on_disk()
+
+
+# ---------------------------------------------------------------------------------------------
+# Crafted files: offsets and sizes that lie behind a valid checksum (issue 20)
+
+
+def static_layout(n_keys: int, n_followers: int) -> tuple[int, int, int, int, int]:
+    """(n_buckets, buckets_offset, records_offset, followers_offset, file_size) as the writer
+    lays a file out (native/static_cache_format.h)."""
+    bits = 0
+    while (1 << bits) * 2 < n_keys:
+        bits += 1
+    n_buckets = 1 << bits
+
+    def align(offset: int) -> int:
+        return (offset + 63) & ~63
+
+    buckets = align(HEADER_SIZE)
+    records = align(buckets + 4 * (n_buckets + 1))
+    followers = align(records + 16 * n_keys)
+    return n_buckets, buckets, records, followers, followers + 8 * n_followers
+
+
+def crafted_header(n_keys: int, n_followers: int, n_buckets: int, offsets: tuple[int, int, int], size: int,
+                   n_vocab: int = 40) -> bytes:
+    return HEADER_STRUCT.pack(_lookup.STATIC_MAGIC, _lookup.STATIC_FORMAT_VERSION, 0x01020304, 2, n_vocab, 0,
+                              n_keys, n_followers, n_buckets, n_followers, *offsets, size, 0, bytes(24))
+
+
+def records_past_the_end() -> bytes:
+    """No keys, two buckets of which the first claims a record: the record would lie at the end
+    of the file. Page-aligned (1 MiB), so that the read lands on the page after the bytes."""
+    size = 1 << 20
+    header = crafted_header(0, 0, 2, (HEADER_SIZE, size, size), size)
+    data = header + struct.pack("<3I", 0, 1, 0)
+    return with_checksum(data + bytes(size - len(data)))
+
+
+def bucket_past_n_keys(path: str) -> bytes:
+    """A sound file, but one bucket bound far past n_keys (the following ones unchanged)."""
+    many_pages_static(path)
+    with open(path, "rb") as f:
+        buf = bytearray(f.read())
+    raw = raw_header(bytes(buf))
+    assert raw["n_buckets"] >= 4
+    struct.pack_into("<I", buf, raw["buckets_offset"] + 4, raw["n_keys"] + (1 << 24))
+    return with_checksum(bytes(buf))
+
+
+# Opens and verifies a crafted file where a read past the end of its bytes cannot go unnoticed:
+# the next anonymous mapping of the file's size goes into a hole right below an inaccessible page,
+# so a read past the private copy stops the process (the old verify() read the records of
+# [buckets[b], buckets[b + 1]) before checking buckets[b + 1] <= n_keys, and died of SIGSEGV).
+VERIFY_BEHIND_A_GUARD = """
+import ctypes, mmap
+from lookahead_lsp import _lookup
+
+path, size, store = {path!r}, {size}, {store!r}
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+base = libc.mmap(None, size + mmap.PAGESIZE, 0, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+libc.munmap(base, size)
+try:
+    s = _lookup.StaticCache.open(path, **({{"store": store}} if store else {{}}))
+    s.verify()
+except _lookup.CacheError as error:
+    print(error)
+else:
+    print("verified")
+"""
+
+
+@pytest.mark.parametrize("through_store", [False, True], ids=["memory", "store"])
+@pytest.mark.parametrize("craft", ["records-past-the-end", "bucket-past-n-keys"])
+def test_crafted_bucket_offsets_are_refused(tmp_path, craft: str, through_store: bool, checksum_port) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20, defect 2: a valid checksum and bucket bounds past n_keys made verify() read past
+    its buffer (serve and inspect-cache --verify died of SIGSEGV). Now one CacheError line."""
+    path = str(tmp_path / "static.cache")
+    data = records_past_the_end() if craft == "records-past-the-end" else bucket_past_n_keys(path)
+    with open(path, "wb") as f:
+        f.write(data)
+    store = str(tmp_path / "store") if through_store else ""
+    r = run_isolated(VERIFY_BEHIND_A_GUARD.format(path=path, size=len(data), store=store))
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(path + ": corrupt"), r.stdout
+    if through_store:
+        assert not os.path.exists(store) or os.listdir(store) == [], "a refused file left something in the store"
+
+
+SPARSE_SIZE = 6 << 30
+
+# Opens a file and reports how long it took, how much the peak resident memory grew and the
+# error, from a fresh process whose peak is its own.
+OPEN_AND_MEASURE = """
+import resource, time
+from lookahead_lsp import _lookup
+
+path, store = {path!r}, {store!r}
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.monotonic()
+try:
+    _lookup.StaticCache.open(path, **({{"store": store}} if store else {{}}))
+    message = "opened"
+except _lookup.CacheError as error:
+    message = str(error)
+seconds = time.monotonic() - start
+print(seconds, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+print(message)
+"""
+
+
+@pytest.mark.parametrize("through_store", [False, True], ids=["memory", "store"])
+@pytest.mark.parametrize("header", ["none", "plausible"])
+def test_sparse_file_is_refused_unread(tmp_path, header: str, through_store: bool) -> None:  # type: ignore[no-untyped-def]
+    """Issue 20, defect 5: a sparse 6 GiB static.cache (no bytes on disk) was read whole before
+    its header was checked (the daemon peaked at 6.7 GB). Now the header is checked against the
+    size, and the section bounds probed, first."""
+    path = str(tmp_path / "static.cache")
+    with open(path, "wb") as f:
+        if header == "plausible":  # counts that add up to the file's size, nothing behind them
+            n_keys = 1 << 24
+            n_buckets, *offsets, followers_end = static_layout(n_keys, 0)
+            n_followers = (SPARSE_SIZE - offsets[2]) // 8
+            assert static_layout(n_keys, n_followers)[4] == SPARSE_SIZE
+            f.write(crafted_header(n_keys, n_followers, n_buckets, (offsets[0], offsets[1], offsets[2]), SPARSE_SIZE))
+        f.truncate(SPARSE_SIZE)
+    if os.stat(path).st_blocks * 512 > 1 << 20:
+        pytest.skip("this file system does not keep sparse files")
+    store = str(tmp_path / "store") if through_store else ""
+    r = run_isolated(OPEN_AND_MEASURE.format(path=path, store=store))
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    measures, message = r.stdout.splitlines()
+    seconds, grown_mb = float(measures.split()[0]), int(measures.split()[1])
+    assert message.startswith(path + ": ") and ("bad magic" in message or "corrupt" in message), message
+    assert seconds < 1.0 and grown_mb < 64, (seconds, grown_mb, message)
+    if through_store:
+        assert not os.path.exists(store) or os.listdir(store) == [], "a refused file was copied into the store"
+
+
+def test_layout_that_does_not_add_up_is_refused_at_open(tmp_path_factory, golden: Golden, checksum_port) -> None:  # type: ignore[no-untyped-def]
+    """Sections must lie where the writer puts them: a gap, an overlap or bytes after the last
+    section are refused by open(), before any section is read."""
+    raw = raw_header(golden.data)
+    n = len(golden.data)
+    cases = {
+        "records-later": patched(golden.data, "records_offset", "=Q", raw["records_offset"] + 64),
+        "followers-overlap": patched(golden.data, "followers_offset", "=Q", raw["followers_offset"] - 8),
+        "buckets-later": patched(golden.data, "buckets_offset", "=Q", raw["buckets_offset"] + 64),
+        "more-buckets": patched(golden.data, "n_buckets", "=Q", raw["n_buckets"] * 2),
+        "grown": patched(golden.data + bytes(64), "file_size", "=Q", n + 64),
+        "fewer-followers": patched(golden.data, "n_followers", "=Q", raw["n_followers"] - 1),
+        "no-keys": patched(golden.data, "n_keys", "=Q", 0),
+    }
+    for name, data in cases.items():
+        path = write_file(tmp_path_factory, f"{name}.lookup", with_checksum(data))
+        with pytest.raises(CacheError) as e:
+            _lookup.StaticCache.open(path)
+        check_error_message(e.value, path)
+        assert "corrupt" in str(e.value), (name, str(e.value))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache
 from lookahead_lsp.errors import UserError
-from lookahead_lsp.repository_cache import open_repository_cache
+from lookahead_lsp.repository_cache import default_store, open_repository_cache
 from lookahead_lsp.safe_reads import is_inside
 from lookahead_lsp.tokenizer import Tokenizer
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
@@ -295,11 +295,15 @@ class WorkspaceFolder:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} is not a regular file")
             return
         try:
-            cache = open_repository_cache(path, self.tokenizer.n_vocab, self._fingerprint).cache
+            opened = open_repository_cache(
+                path, self.tokenizer.n_vocab, self._fingerprint, store=default_store(self._settings.cache_dir)
+            )
         except CacheError as error:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {error}")
             return
-        self._repository, self._repository_path = cache, path
+        if opened.store_error:
+            self._client.log(logging.WARNING, f"static cache {path} read into memory: {opened.store_error}")
+        self._repository, self._repository_path = opened.cache, path
 
 
 def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:
