@@ -35,8 +35,8 @@ from flood_bench import python_file
 from lsp_client import Daemon, write_report
 from lsprotocol import types
 
-from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.base.tokenizer import Tokenizer
 from lookahead_lsp.workspace.index import WorkspaceIndex
 
 _LINE = "    result = compute_total(items, price, count) + adjust(order.value, cart.line)\n"

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from lookahead_lsp._lookup import NgramCache
-from lookahead_lsp.cache_files import atomic_writer, default_cache_dir
+from lookahead_lsp.base.cache_files import atomic_writer, default_cache_dir
 from lookahead_lsp.engine import CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
 from lookahead_lsp.engine.calibration import model_identity
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
@@ -58,8 +58,8 @@ from lookahead_lsp.engine.policy import AcceptanceModel, AutoPolicy, Speculation
 from lookahead_lsp.engine.prompt import stable_prefix_start
 from lookahead_lsp.engine.runtime import SAMPLING_MODES
 from lookahead_lsp.engine.replay import ReplayResult, ReplayTask, acceptance_counts, replay
-from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.tokenizer import TokenArray, tokenize_file_text
+from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.base.tokenizer import TokenArray, tokenize_file_text
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("none", "lookup", "lookahead", "auto")

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from lookahead_lsp._lookup import NgramCache, StaticCache, replay
-from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.tokenizer import Tokenizer, tokenize_files
+from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_files
 
 HELD_OUT_ONE_IN = 100
 N_CTX = 4096

@@ -29,8 +29,8 @@ from typing import Any
 from lsp_client import Daemon, items_of, plain, write_report
 from lsprotocol import types
 
-from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.base.tokenizer import Tokenizer
 from lookahead_lsp.workspace.index import WorkspaceIndex
 
 

@@ -8,8 +8,8 @@ from typing import Iterator
 
 import pytest
 
-from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.base.tokenizer import Tokenizer
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import pytest
 
-from lookahead_lsp import cache_files
-from lookahead_lsp.cache_files import atomic_writer
-from lookahead_lsp.safe_reads import NotRegularFileError, read_regular_file
+from lookahead_lsp.base import cache_files
+from lookahead_lsp.base.cache_files import atomic_writer
+from lookahead_lsp.base.safe_reads import NotRegularFileError, read_regular_file
 from lookahead_lsp.workspace.store import FileRecord, load_records, save_records
 
 needs_symlinks = pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symbolic links")

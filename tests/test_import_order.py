@@ -18,7 +18,7 @@ _BENCHMARK_ORDER = """
 import sys
 import numpy
 import lookahead_lsp._lookup
-from lookahead_lsp.cache_files import default_cache_dir
+from lookahead_lsp.base.cache_files import default_cache_dir
 order = list(sys.modules)
 assert order.index("llama_cpp") < order.index("lookahead_lsp._lookup"), "llama_cpp after our extension"
 from lookahead_lsp.engine import CompletionRequest, DecodeOptions, Engine, EngineSettings
@@ -42,7 +42,7 @@ def test_the_benchmark_import_order_loads_llama_cpp_first(model_path: Path, tmp_
     assert done.stdout.split()[:2] == ["loaded", "4"]
 
 
-@pytest.mark.parametrize("first", ["lookahead_lsp._lookup", "lookahead_lsp.tokenizer", "lookahead_lsp.cli", "lookahead_lsp.engine.runtime"])
+@pytest.mark.parametrize("first", ["lookahead_lsp._lookup", "lookahead_lsp.base.tokenizer", "lookahead_lsp.commands.cli", "lookahead_lsp.engine.runtime"])
 def test_any_first_import_of_ours_loads_llama_cpp_first(first: str) -> None:
     code = f"""
 import sys

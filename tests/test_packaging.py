@@ -26,7 +26,7 @@ NEEDED = (
     "native/CMakeLists.txt",
     "ext/lookup_module.cpp",
     "daemon/lookahead_lsp/__init__.py",
-    "daemon/lookahead_lsp/cli.py",
+    "daemon/lookahead_lsp/commands/cli.py",
     "daemon/lookahead_lsp/py.typed",
 )
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lookahead_lsp.tokenizer import (
+from lookahead_lsp.base.tokenizer import (
     Tokenizer,
     split_at_lines,
     tokenize_edited_text,

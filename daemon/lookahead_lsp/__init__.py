@@ -2,6 +2,6 @@
 
 # llama.cpp's libraries load before anything else of ours (our native extension, the modules
 # that import numpy), whichever of our modules a program imports first: llama_log says why.
-from lookahead_lsp import llama_log as _llama_log  # noqa: F401
+from lookahead_lsp.base import llama_log as _llama_log  # noqa: F401
 
 __version__ = "0.1.0"

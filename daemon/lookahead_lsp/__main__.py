@@ -1,3 +1,3 @@
-from lookahead_lsp.cli import main
+from lookahead_lsp.commands.cli import main
 
 raise SystemExit(main())

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_lsp._lookup import StaticCache
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.base.tokenizer import Tokenizer
 
 CLI = Path(sys.executable).with_name("lookahead-lsp")
 SECRET = "ignored_marker_zebra_quasar = 'only in the ignored file'\n"

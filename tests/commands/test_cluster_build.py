@@ -28,14 +28,14 @@ pytest.importorskip("distributed")
 
 from distributed import Client  # noqa: E402
 
-from lookahead_lsp.cluster_build import (  # noqa: E402
+from lookahead_lsp.cluster.build import (  # noqa: E402
     Counts,
     WorkerSetupError,
     count_shard,
     split_counts,
 )
-from lookahead_lsp.cluster_shards import Shard, SourceFile, make_shards  # noqa: E402
-from lookahead_lsp.tokenizer import Tokenizer  # noqa: E402
+from lookahead_lsp.cluster.shards import Shard, SourceFile, make_shards  # noqa: E402
+from lookahead_lsp.base.tokenizer import Tokenizer  # noqa: E402
 
 N_VOCAB = 50
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_lsp.complete_command import split_at
-from lookahead_lsp.errors import UserError
+from lookahead_lsp.commands.complete import split_at
+from lookahead_lsp.base.errors import UserError
 
 SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from lookahead_lsp._lookup import NgramCache, StaticCacheBuilder, replay
-from lookahead_lsp.tokenizer import Tokenizer, tokenize_file_text
+from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 KEYS = {"n_draft", "n_predict", "n_drafted", "n_accept", "accept_pct", "us_per_drafted_token",

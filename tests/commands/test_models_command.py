@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from tiny_gguf import write_tiny_gguf
 
-from lookahead_lsp import catalogue
-from lookahead_lsp.gguf_header import GgufError, read_header
+from lookahead_lsp.models import catalogue
+from lookahead_lsp.models.gguf_header import GgufError, read_header
 
 
 def _models(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

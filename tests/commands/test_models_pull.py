@@ -22,7 +22,7 @@ import pytest
 from hf_server import FakeHub, ServedFile, fake_hub
 from tiny_gguf import write_tiny_gguf
 
-from lookahead_lsp import catalogue
+from lookahead_lsp.models import catalogue
 
 pytest.importorskip("huggingface_hub", reason="models pull needs the hf extra")
 

@@ -14,7 +14,7 @@ import pytest
 
 from lookahead_lsp._lookup import NgramCache
 from lookahead_lsp.engine import DRAFT_MODES, Completion, CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
-from lookahead_lsp.tokenizer import tokenize_file_text
+from lookahead_lsp.base.tokenizer import tokenize_file_text
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # (file, a line whose start is the cursor): code that repeats itself, so that drafts are accepted.

@@ -27,8 +27,8 @@ from lookahead_lsp.engine import (
 )
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import mid_word
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.tokenizer import tokenize_file_text
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.base.tokenizer import tokenize_file_text
 from tiny_gguf import write_tiny_gguf
 
 # A margin of the plain run's top two logits below which batch-shape noise may flip the argmax.

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lookahead_lsp import _lookup
-from lookahead_lsp.repository_cache import default_store, open_repository_cache
+from lookahead_lsp.base.repository_cache import default_store, open_repository_cache
 from test_static_cache import (
     ANSWERS_BEFORE_AND_AFTER,
     EXPECTED_ANSWERS,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from lookahead_lsp.completions import MAX_QUEUED_JOBS, PREFIX_TAIL_CHARS, CompletionWorker, SuggestionCache
+from lookahead_lsp.service.scheduler import MAX_QUEUED_JOBS, PREFIX_TAIL_CHARS, CompletionWorker, SuggestionCache
 from lookahead_lsp.engine import CancelToken
 
 

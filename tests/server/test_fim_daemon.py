@@ -22,7 +22,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.base.tokenizer import Tokenizer
 from test_server import _status
 from tiny_gguf import write_tiny_gguf
 

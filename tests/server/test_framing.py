@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lookahead_lsp.framing import Frame, FrameError, FrameReader
+from lookahead_lsp.lsp.framing import Frame, FrameError, FrameReader
 
 
 def _frame(message: Any, extra: int = 0) -> bytes:

@@ -18,7 +18,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from lookahead_lsp.tokenizer import Tokenizer, tokenize_file_text
+from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 
 # Shared with the other server tests: the cost model is measured once.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"

@@ -10,7 +10,7 @@ from lsprotocol import types
 from lsprotocol.converters import get_converter
 from pygls.workspace import TextDocument
 
-from lookahead_lsp.lsp_items import (
+from lookahead_lsp.lsp.items import (
     Insertion,
     MenuClient,
     completion_list,

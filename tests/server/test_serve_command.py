@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.serve_command import parse_listen_address
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.commands.serve import parse_listen_address
 from lsp_peer import Peer, initialize, no_model_env, wait_for_line
 
 SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"

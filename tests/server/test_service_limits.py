@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from lookahead_lsp._lookup import StaticCacheBuilder
-from lookahead_lsp.service import LookaheadService
+from lookahead_lsp.service.service import LookaheadService
 from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.base.tokenizer import Tokenizer
 from recording_client import RecordingClient
 
 # The cost model is measured once per cache folder; the server tests share this one.

@@ -12,7 +12,7 @@ import pytest
 from lookahead_lsp.engine import DRAFT_MODES
 from lookahead_lsp.engine.runtime import SAMPLING_MODES
 from lookahead_lsp.engine.stopping import MULTILINE_MODES
-from lookahead_lsp.settings import SCHEMA, Settings, apply_update, package_properties, update_package_json
+from lookahead_lsp.service.settings import SCHEMA, Settings, apply_update, package_properties, update_package_json
 
 PACKAGE_JSON = Path(__file__).parents[2] / "vscode-client" / "package.json"
 # The extension's own settings: which program runs or is installed, and its on/off switch.
@@ -28,9 +28,9 @@ def _declared() -> dict[str, dict[str, object]]:
 def test_the_extension_declares_every_daemon_setting_as_the_schema_does() -> None:
     declared = _declared()
     expected = package_properties()
-    assert set(declared) - EXTENSION_ONLY == set(expected), "run: python -m lookahead_lsp.settings package-json --update vscode-client/package.json"
+    assert set(declared) - EXTENSION_ONLY == set(expected), "run: python -m lookahead_lsp.service.settings package-json --update vscode-client/package.json"
     for key, prop in expected.items():
-        assert declared[key] == prop, f"{key} differs from daemon/lookahead_lsp/settings.py"
+        assert declared[key] == prop, f"{key} differs from daemon/lookahead_lsp/service/settings.py"
     assert declared["lookahead.gpuLayers"]["default"] == -1
     assert declared["lookahead.debounceMs"]["default"] == Settings().debounce_ms
 

@@ -25,7 +25,8 @@ import pytest
 
 from lsp_peer import Peer, frame, initialize, no_model_env, request, serve_command, wait_for_line
 
-from lookahead_lsp.transport import HANDSHAKE_TIMEOUT_S, MAX_WAITING, Connection, tcp_owners
+from lookahead_lsp.lsp.tcp_peers import Connection, tcp_owners
+from lookahead_lsp.lsp.transport import HANDSHAKE_TIMEOUT_S, MAX_WAITING
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_lsp.unopened import read_unopened
+from lookahead_lsp.service.unopened import read_unopened
 
 SECRET = "API_TOKEN = 'zebra-quasar-4471'\n"
 

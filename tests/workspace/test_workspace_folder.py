@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_lsp._lookup import StaticCacheBuilder
-from lookahead_lsp.tokenizer import Tokenizer, tokenize_file_text
+from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME, FolderSettings, WorkspaceFolder
 from recording_client import RecordingClient
 

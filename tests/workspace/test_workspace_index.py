@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from lookahead_lsp._lookup import NgramCache
-from lookahead_lsp.cache_files import default_cache_dir
-from lookahead_lsp.tokenizer import POOL_MIN_BYTES, Tokenizer, tokenize_file_text
+from lookahead_lsp.base.cache_files import default_cache_dir
+from lookahead_lsp.base.tokenizer import POOL_MIN_BYTES, Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace.files import OUTSIDE
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.index_stats import IGNORED, IndexProgress

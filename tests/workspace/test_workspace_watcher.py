@@ -21,7 +21,7 @@ import pytest
 from watchdog.observers.api import BaseObserver
 
 from lookahead_lsp._lookup import NgramCache
-from lookahead_lsp.tokenizer import Tokenizer, tokenize_file_text
+from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace import inotify
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.watcher import BatchReport, WatcherSettings, WorkspaceWatcher

@@ -68,7 +68,7 @@ CODE_SERVER=$CODE_SERVER_DIR/node_modules/.bin/code-server
 # The model file is named explicitly, since the default one is found through the home folder
 # (each scenario has a home of its own).
 MODEL=$(HOME=$(getent passwd "$(id -u)" | cut -d: -f6) "$(dirname "$DAEMON")/python" -c \
-  'from lookahead_lsp.models import resolve_model_path; print(resolve_model_path(None))')
+  'from lookahead_lsp.models.resolve import resolve_model_path; print(resolve_model_path(None))')
 
 # prepare ROOT ARTIFACTS MACHINE_SETTINGS: under ROOT, a home, code-server's user data, the
 # sample project and the extension. VS Code's own distractions off (start page, telemetry,

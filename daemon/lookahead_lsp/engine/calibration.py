@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lookahead_lsp.cache_files import atomic_writer
+from lookahead_lsp.base.cache_files import atomic_writer
 from lookahead_lsp.engine.policy import AcceptanceBucket, AcceptanceModel, GuardState, SpeculationGuard
 
 _LOG = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from lookahead_lsp.engine.window import LookaheadWindow
 if TYPE_CHECKING:
     from lookahead_lsp.engine.policy import AutoPolicy
     from lookahead_lsp.engine.runtime import ModelRuntime
-    from lookahead_lsp.tokenizer import Tokenizer
+    from lookahead_lsp.base.tokenizer import Tokenizer
 
 # Prompt tokens per llama_decode call: the granularity of cancelling a cold prompt.
 PREFILL_CHUNK = 128

@@ -22,7 +22,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from lookahead_lsp.cache_files import atomic_writer, default_cache_dir
+from lookahead_lsp.base.cache_files import atomic_writer, default_cache_dir
 from lookahead_lsp.engine.runtime import MAIN_SEQ, ModelRuntime
 
 _LOG = logging.getLogger(__name__)

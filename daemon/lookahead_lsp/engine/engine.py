@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import llama_cpp
 
-from lookahead_lsp.cache_files import default_cache_dir
+from lookahead_lsp.base.cache_files import default_cache_dir
 from lookahead_lsp.engine import calibration, cost_model
 from lookahead_lsp.engine.completion import CompletionRun, RunInputs
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost

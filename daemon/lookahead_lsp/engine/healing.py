@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 import numpy.typing as npt
 
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.base.tokenizer import Tokenizer
 
 # The highest code point: every string starting with `s` sorts between s and s + _LAST.
 _LAST = "\U0010ffff"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from lookahead_lsp.tokenizer import TokenArray, Tokenizer
+from lookahead_lsp.base.tokenizer import TokenArray, Tokenizer
 
 # Characters of code per token are about 3-4 for this kind of tokenizer; the character window
 # is cut generously and the token budget decides.

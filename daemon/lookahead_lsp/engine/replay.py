@@ -20,7 +20,7 @@ from lookahead_lsp._lookup import NgramCache, StaticCache, draft_with_evidence
 from lookahead_lsp.engine.cost_model import CostModel
 from lookahead_lsp.engine.policy import AUTO_MAX_DRAFT, AutoPolicy, BucketKey, bucket_key
 from lookahead_lsp.engine.sources import Evidence, evidence_of
-from lookahead_lsp.tokenizer import TokenArray
+from lookahead_lsp.base.tokenizer import TokenArray
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ import numpy.typing as npt
 
 from lookahead_lsp.engine.batch import Batch
 from lookahead_lsp.engine.batch import EngineError as EngineError  # callers catch it from here
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.llama_log import interrupts_held_back, route_llama_log
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.base.llama_log import interrupts_held_back, route_llama_log
+from lookahead_lsp.base.tokenizer import Tokenizer
 
 Logits = npt.NDArray[np.float32]
 _LOG = logging.getLogger(__name__)

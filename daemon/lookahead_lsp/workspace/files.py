@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator
 
-from lookahead_lsp.safe_reads import FileTooLargeError, NotRegularFileError, is_inside, open_regular_file, read_capped
+from lookahead_lsp.base.safe_reads import FileTooLargeError, NotRegularFileError, is_inside, open_regular_file, read_capped
 from lookahead_lsp.workspace.git_index import find_checkout
 from lookahead_lsp.workspace.gitignore import IgnoreRules, SpecOf, spec_reader, user_excludes
 

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Protocol
 
 from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.repository_cache import default_store, open_repository_cache
-from lookahead_lsp.safe_reads import is_inside
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.base.repository_cache import default_store, open_repository_cache
+from lookahead_lsp.base.safe_reads import is_inside
+from lookahead_lsp.base.tokenizer import Tokenizer
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.index_stats import IndexProgress, IndexStatus
 from lookahead_lsp.workspace.store import store_path_for

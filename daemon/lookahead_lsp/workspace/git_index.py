@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from dulwich.index import read_index
 
-from lookahead_lsp.safe_reads import read_regular_file
+from lookahead_lsp.base.safe_reads import read_regular_file
 
 # An index holds ~70-100 bytes a file: a million files fit well below this.
 _INDEX_MAX_BYTES = 256 << 20

@@ -23,7 +23,7 @@ from typing import Callable
 import pathspec
 from dulwich.config import ConfigFile
 
-from lookahead_lsp.safe_reads import is_inside, open_regular_file, read_capped, read_regular_file
+from lookahead_lsp.base.safe_reads import is_inside, open_regular_file, read_capped, read_regular_file
 
 # Git itself gives up on .gitignore files over 100 MiB; real ones are a few KiB and a few
 # hundred patterns. What lies beyond these bounds is not applied.

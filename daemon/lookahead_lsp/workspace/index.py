@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator, Sequence
 
 from lookahead_lsp._lookup import NgramCache
-from lookahead_lsp.tokenizer import (
+from lookahead_lsp.base.tokenizer import (
     POOL_MIN_BYTES,
     TokenArray,
     Tokenizer,

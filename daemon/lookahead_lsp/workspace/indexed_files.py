@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from lookahead_lsp._lookup import NGRAM_MAX, NgramCache
-from lookahead_lsp.tokenizer import TokenArray
+from lookahead_lsp.base.tokenizer import TokenArray
 from lookahead_lsp.workspace.index_stats import IndexStats, Outcome
 from lookahead_lsp.workspace.rules import Stamp, stamp_of, trusted_stamp
 from lookahead_lsp.workspace.store import FileRecord

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
-from lookahead_lsp.safe_reads import is_inside
+from lookahead_lsp.base.safe_reads import is_inside
 from lookahead_lsp.workspace.files import (
     Unindexable,
     has_generated_marker,

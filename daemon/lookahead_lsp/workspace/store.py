@@ -33,9 +33,9 @@ from typing import BinaryIO, Mapping
 import numpy as np
 import numpy.typing as npt
 
-from lookahead_lsp.cache_files import atomic_writer, default_cache_dir
-from lookahead_lsp.safe_reads import read_regular_file
-from lookahead_lsp.tokenizer import TokenArray
+from lookahead_lsp.base.cache_files import atomic_writer, default_cache_dir
+from lookahead_lsp.base.safe_reads import read_regular_file
+from lookahead_lsp.base.tokenizer import TokenArray
 
 MAGIC = b"LKAWSIX\n"
 FORMAT_VERSION = 1

@@ -258,7 +258,7 @@ describe('package.json', () => {
     const defaults = Object.fromEntries(declared.map((k) => [k, properties[`lookahead.${k}`].default]));
     for (const [key, value] of Object.entries(DEFAULT_SETTINGS)) assert.deepEqual(defaults[key], value, key);
     // Whatever the extension does not use itself goes to the daemon, whose schema
-    // (daemon/lookahead_lsp/settings.py) tests/server/test_settings.py compares with this file.
+    // (daemon/lookahead_lsp/service/settings.py) tests/server/test_settings.py compares with this file.
     for (const key of ['gpuLayers', 'debounceMs', 'maxDocumentKb', 'draft', 'threads', 'multiline']) assert.ok(declared.includes(key), key);
   });
 });

@@ -18,37 +18,37 @@ code models."""
 
 
 def _build_cache(args: argparse.Namespace) -> int:
-    from lookahead_lsp.cache_commands import build_cache
+    from lookahead_lsp.commands.cache import build_cache
 
     return build_cache(args)
 
 
 def _inspect_cache(args: argparse.Namespace) -> int:
-    from lookahead_lsp.cache_commands import inspect_cache
+    from lookahead_lsp.commands.cache import inspect_cache
 
     return inspect_cache(args)
 
 
 def _lookup_stats(args: argparse.Namespace) -> int:
-    from lookahead_lsp.lookup_stats import lookup_stats
+    from lookahead_lsp.commands.lookup_stats import lookup_stats
 
     return lookup_stats(args)
 
 
 def _complete(args: argparse.Namespace) -> int:
-    from lookahead_lsp.complete_command import complete
+    from lookahead_lsp.commands.complete import complete
 
     return complete(args)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from lookahead_lsp.serve_command import serve
+    from lookahead_lsp.commands.serve import serve
 
     return serve(args)
 
 
 def _models(args: argparse.Namespace) -> int:
-    from lookahead_lsp import models_command
+    from lookahead_lsp.commands import models as models_command
 
     run: Callable[[argparse.Namespace], int] = getattr(models_command, f"models_{args.action}")
     return run(args)
@@ -225,7 +225,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from lookahead_lsp._lookup import CacheError
     from lookahead_lsp.engine.runtime import EngineError
-    from lookahead_lsp.errors import UserError
+    from lookahead_lsp.base.errors import UserError
 
     args = _parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run

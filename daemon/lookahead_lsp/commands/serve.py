@@ -10,8 +10,8 @@ import socket
 import sys
 from pathlib import Path
 
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.transport import Listener, listen_tcp, listen_unix
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.lsp.transport import Listener, listen_tcp, listen_unix
 
 
 def parse_listen_address(value: str, allow_remote: bool) -> tuple[str, int]:
@@ -60,7 +60,7 @@ def serve(args: argparse.Namespace) -> int:
     if listener is not None:
         # Whatever the log level: a client needs the address, and the token's file.
         print(f"lookahead-lsp: {listener.describe()}", file=sys.stderr, flush=True)
-    from lookahead_lsp.server import serve as run_server
+    from lookahead_lsp.lsp.server import serve as run_server
 
     code = run_server(listener, Path(args.cache_dir) if args.cache_dir else None)
     # Everything is saved by now. stdin is read on a thread of its own, blocked until the editor

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Generator, TextIO
 
 from lookahead_lsp._lookup import NgramCache, StaticCache, StaticCacheBuilder
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.tokenizer import POOL_MIN_BYTES, TokenArray, Tokenizer, tokenize_files
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.base.tokenizer import POOL_MIN_BYTES, TokenArray, Tokenizer, tokenize_files
 from lookahead_lsp.workspace.files import list_source_files
 
 _MB = 1e6
@@ -128,7 +128,7 @@ def _count_on_cluster(
     summary: BuildSummary,
 ) -> None:
     try:
-        from lookahead_lsp.cluster_build import count_on_cluster
+        from lookahead_lsp.cluster.build import count_on_cluster
     except ImportError as error:
         raise UserError(f"--dask needs Dask ({error}): pip install 'lookahead-lsp[dask]'") from error
     counts, stats = count_on_cluster(cluster, model_path, tokenizer, repositories, shard_bytes, builder)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lookahead_lsp import __version__
-from lookahead_lsp.completions import CompletionWorker, SuggestionCache
-from lookahead_lsp.documents import Document, OpenDocuments, recent_chunks
+from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache
+from lookahead_lsp.service.documents import Document, OpenDocuments, recent_chunks
 from lookahead_lsp.engine import (
     CancelToken,
     Completion,
@@ -26,13 +26,13 @@ from lookahead_lsp.engine import (
     EngineSettings,
     PromptWindows,
 )
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.service_status import workspace_status
-from lookahead_lsp.settings import Settings, apply_update
-from lookahead_lsp.unopened import read_unopened
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.service.status import workspace_status
+from lookahead_lsp.service.settings import Settings, apply_update
+from lookahead_lsp.service.unopened import read_unopened
 from lookahead_lsp.workspace.folder import FolderSettings
-from lookahead_lsp.workspace_folders import WorkspaceFolders
+from lookahead_lsp.service.folders import WorkspaceFolders
 
 _LOG = logging.getLogger(__name__)
 # A request waits this long for a model still loading before it answers nothing.

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lookahead_lsp.engine import CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.repository_cache import open_repository_cache
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.base.repository_cache import open_repository_cache
 from lookahead_lsp.workspace.index import WorkspaceIndex
 
 _POSITION = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<col>\d+)$")

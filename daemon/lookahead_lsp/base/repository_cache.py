@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lookahead_lsp._lookup import STATIC_MAGIC, CacheError, NgramCache, StaticCache, StaticCacheBuilder
-from lookahead_lsp.cache_files import default_cache_dir
-from lookahead_lsp.safe_reads import open_regular_file
+from lookahead_lsp.base.cache_files import default_cache_dir
+from lookahead_lsp.base.safe_reads import open_regular_file
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ allowed values, description and scope. Editors send them as initializationOption
 workspace/didChangeConfiguration (camelCase keys, optionally under a "lookahead" section); the
 daemon validates them here, refusing a bad value with one line and keeping the rest. The VS Code
 extension's package.json declares the same settings (a test compares them with this schema);
-`python -m lookahead_lsp.settings` prints them as package.json properties or a README table."""
+`python -m lookahead_lsp.service.settings` prints them as package.json properties or a README table."""
 
 from __future__ import annotations
 
@@ -304,7 +304,7 @@ def update_package_json(path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lookahead_lsp.settings", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lookahead_lsp.service.settings", description=__doc__.splitlines()[0])
     parser.add_argument("format", choices=("markdown", "package-json"), help="a README table or package.json properties")
     parser.add_argument("--update", type=Path, metavar="PACKAGE_JSON", help="package-json: rewrite this file's settings")
     args = parser.parse_args(argv)

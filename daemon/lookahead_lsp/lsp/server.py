@@ -25,7 +25,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from lookahead_lsp import __version__
-from lookahead_lsp.lsp_items import (
+from lookahead_lsp.lsp.items import (
     MenuClient,
     completion_list,
     cursor_offset,
@@ -33,9 +33,9 @@ from lookahead_lsp.lsp_items import (
     inline_list,
     menu_client,
 )
-from lookahead_lsp.rpc import LookaheadProtocol
-from lookahead_lsp.service import Answer, LookaheadService
-from lookahead_lsp.transport import Listener, serve_socket, serve_stdio
+from lookahead_lsp.lsp.rpc import LookaheadProtocol
+from lookahead_lsp.service.service import Answer, LookaheadService
+from lookahead_lsp.lsp.transport import Listener, serve_socket, serve_stdio
 
 STATUS_REQUEST = "lookahead/status"
 STATUS_CHANGED_NOTIFICATION = "lookahead/statusChanged"

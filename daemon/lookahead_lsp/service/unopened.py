@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from lookahead_lsp.safe_reads import is_inside
+from lookahead_lsp.base.safe_reads import is_inside
 from lookahead_lsp.workspace.files import Unindexable, read_source
 
 

@@ -9,11 +9,11 @@ import re
 import sys
 from dataclasses import asdict
 
-from lookahead_lsp import catalogue
-from lookahead_lsp.catalogue import CatalogueEntry, ModelSource, Pin
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.model_info import ModelInfo, model_info
-from lookahead_lsp.models import resolve_model_path
+from lookahead_lsp.models import catalogue
+from lookahead_lsp.models.catalogue import CatalogueEntry, ModelSource, Pin
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.models.info import ModelInfo, model_info
+from lookahead_lsp.models.resolve import resolve_model_path
 
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -66,7 +66,7 @@ def _entry_json(entry: CatalogueEntry) -> dict[str, object]:
 
 
 def models_pull(args: argparse.Namespace) -> int:
-    from lookahead_lsp.model_pull import pull
+    from lookahead_lsp.models.pull import pull
 
     source, pin = _what_to_pull(args.name, args.revision, args.sha256)
     path = pull(source, pin, lambda line: print(line, file=sys.stderr, flush=True))

@@ -31,7 +31,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage, LanguageServerProtocol
 from pygls.protocol.json_rpc import MsgId
 
-from lookahead_lsp.framing import Frame
+from lookahead_lsp.lsp.framing import Frame
 
 # An error message is one line of at most this many characters.
 _MESSAGE_CHARS = 300

@@ -31,8 +31,8 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 from lookahead_lsp import __version__
-from lookahead_lsp.catalogue import ModelSource, Pin, pulled_path
-from lookahead_lsp.errors import UserError
+from lookahead_lsp.models.catalogue import ModelSource, Pin, pulled_path
+from lookahead_lsp.base.errors import UserError
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _HASH_BLOCK = 1 << 20

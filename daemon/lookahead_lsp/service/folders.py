@@ -9,9 +9,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from lookahead_lsp.documents import OpenDocuments
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.tokenizer import Tokenizer
+from lookahead_lsp.service.documents import OpenDocuments
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.base.tokenizer import Tokenizer
 from lookahead_lsp.workspace.folder import FolderClient, FolderSettings, FolderStatus, WorkspaceFolder
 from lookahead_lsp.workspace.store import store_path_for
 

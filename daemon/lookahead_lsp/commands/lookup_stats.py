@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lookahead_lsp._lookup import NgramCache, replay
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.models import resolve_model_path
-from lookahead_lsp.repository_cache import open_repository_cache
-from lookahead_lsp.tokenizer import Tokenizer, tokenize_file_text
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.base.repository_cache import open_repository_cache
+from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 
 @dataclass
 class LookupStats:

@@ -20,9 +20,9 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.llama_log import interrupts_held_back, route_llama_log
-from lookahead_lsp.safe_reads import open_regular_file
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.base.llama_log import interrupts_held_back, route_llama_log
+from lookahead_lsp.base.safe_reads import open_regular_file
 
 TokenArray = npt.NDArray[np.int32]
 

@@ -35,10 +35,10 @@ import numpy.typing as npt
 from distributed import Client, Future, LocalCluster, as_completed
 
 from lookahead_lsp._lookup import StaticCacheBuilder
-from lookahead_lsp.cluster_progress import PROGRESS_TOPIC, ClusterProgress, ShardReporter
-from lookahead_lsp.cluster_shards import Shard, list_sizes, make_shards, shard_count
-from lookahead_lsp.errors import UserError
-from lookahead_lsp.tokenizer import Tokenizer, tokenize_files
+from lookahead_lsp.cluster.progress import PROGRESS_TOPIC, ClusterProgress, ShardReporter
+from lookahead_lsp.cluster.shards import Shard, list_sizes, make_shards, shard_count
+from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_files
 
 # Partial results merged by one task: few enough that a merge holds little beyond its output,
 # enough that the tree stays shallow.

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lookahead_lsp.cache_files import default_cache_dir
-from lookahead_lsp.errors import UserError
+from lookahead_lsp.base.cache_files import default_cache_dir
+from lookahead_lsp.base.errors import UserError
 
 # On a CPU, generating one token reads every weight once, so speed falls with the file's size.
 # The classes below are that rule, not measurements: "fast" decodes at most about twice the
