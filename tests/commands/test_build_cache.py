@@ -234,6 +234,20 @@ def test_user_errors_are_one_line(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_projects_own_cache_folder_is_created(repo: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(repo, project, ignore=shutil.ignore_patterns(".git"))
+
+    built = _run("build-cache", str(project), "-o", str(project / ".lookahead" / "static.cache"))
+    elsewhere = _run("build-cache", str(project), "-o", str(tmp_path / "missing" / "out.lacache"))
+
+    assert built.returncode == 0, built.stderr
+    assert (project / ".lookahead" / "static.cache").is_file()
+    # Any other missing folder is still a mistake, refused in one line.
+    assert elsewhere.returncode == 2 and "output folder does not exist" in elsewhere.stderr
+    assert not (tmp_path / "missing").exists()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses a Linux pseudo-terminal")
 def test_progress_is_shown_on_a_terminal(repo: Path, tmp_path: Path) -> None:
     terminal, terminal_side = pty.openpty()

@@ -44,6 +44,11 @@ def test_list_shows_every_model_and_what_its_columns_mean(tmp_path: Path) -> Non
     listed = json.loads(_models("list", "--json", env=env).stdout)
     assert [entry["name"] for entry in listed] == [entry.name for entry in catalogue.CATALOGUE]
     assert not any(entry["downloaded"] for entry in listed)
+    # The test extra installs the default model's package: listed as installed, with no pull.
+    installed = {entry["name"]: entry["installed"] for entry in listed}
+    assert installed == {entry.name: ("package" if entry.name == catalogue.DEFAULT_MODEL_NAME else None) for entry in catalogue.CATALOGUE}
+    default_row = next(line for line in lines if line.startswith(catalogue.DEFAULT_MODEL_NAME + " "))
+    assert " package " in default_row
 
 
 @pytest.mark.parametrize("fim", [True, False])

@@ -18,6 +18,7 @@ from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.models.resolve import resolve_model_path
 from lookahead_lsp.base.tokenizer import POOL_MIN_BYTES, TokenArray, Tokenizer, tokenize_files
 from lookahead_lsp.workspace.files import list_source_files
+from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME
 
 _MB = 1e6
 _REDRAW_SECONDS = 0.1
@@ -45,6 +46,7 @@ def build_cache(args: argparse.Namespace) -> int:
     leaves an existing file there untouched."""
     started = time.monotonic()
     roots, output = [Path(repo) for repo in args.repos], Path(args.output)
+    _make_project_cache_folder(output)
     _check_build_arguments(roots, output, args.jobs, args.max_file_kb, args.shard_mb)
     cluster = _dask_cluster(args.dask) if args.dask else None
     model_path = resolve_model_path(args.model)
@@ -164,6 +166,19 @@ def _add_files(
         progress.clear()
     summary.tokens = builder.n_tokens
     summary.tokenize_seconds = time.monotonic() - started
+
+
+def _make_project_cache_folder(output: Path) -> None:
+    """Creates the folder of an output that is a project's own cache (`<folder>/.lookahead/...`,
+    where the daemon looks) when the project's folder exists and that one does not. Any other
+    missing folder is the user's mistake, refused by _check_build_arguments."""
+    folder = output.absolute().parent
+    if folder.name != STATIC_CACHE_NAME.parent.name or not folder.parent.is_dir() or os.path.lexists(folder):
+        return
+    try:
+        folder.mkdir()
+    except OSError as error:
+        raise UserError(f"cannot create {folder}: {error.strerror or error}") from None
 
 
 def _check_build_arguments(

@@ -13,7 +13,7 @@ from lookahead_lsp.models import catalogue
 from lookahead_lsp.models.catalogue import CatalogueEntry, ModelSource, Pin
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.models.info import ModelInfo, model_info
-from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.models.resolve import DEFAULT_MODEL_PACKAGE, default_model_package_installed, resolve_model_path
 
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -22,6 +22,8 @@ _LIST_NOTES = (
     "speed falls with size (fast: up to 0.5 GB, medium: up to 1.5 GB, slow: more).",
     "FIM yes: completions also see the code after the cursor.",
     "SHA256 not pinned: a pull checks the file against the Hub's own sha256 of it.",
+    "INSTALLED pulled: by `models pull`; package: the default model's Python package "
+    f"({DEFAULT_MODEL_PACKAGE}), which needs no pull.",
     "Get one with `lookahead-lsp models pull NAME`, then use NAME as the editor's modelPath "
     "or as --model.",
 )
@@ -32,7 +34,7 @@ def models_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([_entry_json(entry) for entry in entries]))
         return 0
-    header = ("NAME", "SIZE", "FIM", "CPU SPEED", "LICENCE", "SHA256", "PULLED", "REPOSITORY/FILE")
+    header = ("NAME", "SIZE", "FIM", "CPU SPEED", "LICENCE", "SHA256", "INSTALLED", "REPOSITORY/FILE")
     rows = [header] + [_entry_row(entry) for entry in entries]
     widths = [max(len(row[column]) for row in rows) for column in range(len(header) - 1)]
     for row in rows:
@@ -51,9 +53,19 @@ def _entry_row(entry: CatalogueEntry) -> tuple[str, ...]:
         entry.speed,
         entry.licence,
         "pinned" if entry.pin else "not pinned",
-        "yes" if catalogue.pulled_path(entry.source).is_file() else "no",
+        _installed(entry) or "no",
         entry.source.spec,
     )
+
+
+def _installed(entry: CatalogueEntry) -> str | None:
+    """How the model is there: "pulled" (by `models pull`), "package" (the default model's
+    Python package, which needs no pull), or None."""
+    if catalogue.pulled_path(entry.source).is_file():
+        return "pulled"
+    if entry.name == catalogue.DEFAULT_MODEL_NAME and default_model_package_installed():
+        return "package"
+    return None
 
 
 def _entry_json(entry: CatalogueEntry) -> dict[str, object]:
@@ -62,6 +74,7 @@ def _entry_json(entry: CatalogueEntry) -> dict[str, object]:
         "speed": entry.speed,
         "path": str(catalogue.pulled_path(entry.source)),
         "downloaded": catalogue.pulled_path(entry.source).is_file(),
+        "installed": _installed(entry),
     }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import os
 import tempfile
 from pathlib import Path
@@ -79,6 +81,12 @@ def _readable_file(path: Path) -> Path:
     if not os.access(path, os.R_OK):
         raise ModelNotFoundError(f"model file is not readable: {path}")
     return path
+
+
+def default_model_package_installed() -> bool:
+    """Whether the default model's package is installed (its file is then assembled on first
+    use, with nothing to pull)."""
+    return importlib.util.find_spec(_DEFAULT_MODEL_MODULE) is not None
 
 
 def _packaged_model() -> Path | None:
