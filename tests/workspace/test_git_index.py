@@ -17,38 +17,20 @@ from hypothesis import strategies as st
 
 from lookahead_lsp.workspace.files import list_source_files
 from lookahead_lsp.workspace.git_index import find_checkout
+from folders import git, relative_names, write_file
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 pytestmark = [pytest.mark.usefixtures("hermetic_git"), needs_git]
 
 
-def _write(root: Path, relative: str, content: str = "x = 1\n") -> Path:
-    path = root / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content)
-    return path
-
-
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com",
-         "-c", "commit.gpgsign=false", *args],
-        cwd=repo, check=True, capture_output=True,
-    )  # fmt: skip
-
-
-def _relative(root: Path, files: list[Path]) -> list[str]:
-    return [path.relative_to(root).as_posix() for path in files]
-
-
 def _checkout(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
-    _write(repo, "main.py")
-    _write(repo, "a/x.py")
-    _write(repo, "b/y.py")
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "initial")
+    write_file(repo, "main.py")
+    write_file(repo, "a/x.py")
+    write_file(repo, "b/y.py")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
     return repo
 
 
@@ -57,7 +39,7 @@ def _listed_in_time(root: Path, untracked: bool = False) -> list[str]:
     hanging it."""
     result: list[list[str]] = []
     worker = threading.Thread(
-        target=lambda: result.append(_relative(root, list_source_files(root, untracked=untracked).files)), daemon=True
+        target=lambda: result.append(relative_names(root, list_source_files(root, untracked=untracked).files)), daemon=True
     )
     worker.start()
     worker.join(30.0)
@@ -68,7 +50,7 @@ def _listed_in_time(root: Path, untracked: bool = False) -> list[str]:
 def _fake_git_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A `git` first on PATH that leaves a mark when anything runs it."""
     marker = tmp_path / "git-ran"
-    fake = _write(tmp_path / "bin", "git", f"#!/bin/sh\ntouch '{marker}'\nexit 1\n")
+    fake = write_file(tmp_path / "bin", "git", f"#!/bin/sh\ntouch '{marker}'\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     return marker
@@ -76,7 +58,7 @@ def _fake_git_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_listing_a_checkout_runs_no_git_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = _checkout(tmp_path)
-    _write(repo, "new.py")
+    write_file(repo, "new.py")
     marker = _fake_git_on_path(tmp_path, monkeypatch)
 
     assert _listed_in_time(repo) == ["a/x.py", "b/y.py", "main.py"]
@@ -88,8 +70,8 @@ def _partial_clone_with_a_missing_tree(repo: Path, pwned: Path) -> None:
     """The audit's attack: a sparse index whose folder entry names a tree that is not there, in
     a checkout that says it is a partial clone, so git fetches the tree through the remote's
     ssh command."""
-    _git(repo, "sparse-checkout", "init", "--cone", "--sparse-index")
-    _git(repo, "sparse-checkout", "set", "a")
+    git(repo, "sparse-checkout", "init", "--cone", "--sparse-index")
+    git(repo, "sparse-checkout", "set", "a")
     tree = subprocess.run(["git", "rev-parse", "HEAD:b"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
     (repo / ".git" / "objects" / tree[:2] / tree[2:]).unlink()
     for key, value in [
@@ -99,13 +81,13 @@ def _partial_clone_with_a_missing_tree(repo: Path, pwned: Path) -> None:
         ("remote.origin.promisor", "true"),
         ("core.sshCommand", f"touch '{pwned}'; false"),
     ]:
-        _git(repo, "config", key, value)
+        git(repo, "config", key, value)
 
 
 def _config(repo: Path, tmp_path: Path, pwned: Path, mechanism: str) -> None:
     """A .git/config (and what it names) that makes git run a command creating `pwned` through
     one of git's mechanisms for running programs."""
-    script = _write(tmp_path / "attack", "run", f"#!/bin/sh\ntouch '{pwned}'\nexit 1\n")
+    script = write_file(tmp_path / "attack", "run", f"#!/bin/sh\ntouch '{pwned}'\nexit 1\n")
     script.chmod(0o755)
     settings: list[tuple[str, str]] = []
     if mechanism == "lazy fetch over ssh":
@@ -116,7 +98,7 @@ def _config(repo: Path, tmp_path: Path, pwned: Path, mechanism: str) -> None:
     elif mechanism == "fsmonitor command":
         settings = [("core.fsmonitor", f"touch '{pwned}'; false")]
     elif mechanism == "fsmonitor hook, included":
-        _write(repo / ".git", "extra.cfg", f"[core]\n\tfsmonitor = {script}\n")
+        write_file(repo / ".git", "extra.cfg", f"[core]\n\tfsmonitor = {script}\n")
         settings = [("include.path", "extra.cfg")]
     elif mechanism == "index hooks":
         (tmp_path / "attack" / "post-index-change").symlink_to(script)
@@ -124,14 +106,14 @@ def _config(repo: Path, tmp_path: Path, pwned: Path, mechanism: str) -> None:
     elif mechanism == "pager":
         settings = [("core.pager", str(script)), ("pager.ls-files", "true")]
     elif mechanism == "clean filter":
-        _write(repo, ".gitattributes", "*.py filter=evil\n")
+        write_file(repo, ".gitattributes", "*.py filter=evil\n")
         settings = [("filter.evil.clean", str(script)), ("filter.evil.smudge", str(script))]
     elif mechanism == "excludes file that is a FIFO":
         fifo = tmp_path / "attack" / "excludes"
         os.mkfifo(fifo)  # git opens it and waits for a writer
         settings = [("core.excludesFile", str(fifo))]
     for key, value in settings:
-        _git(repo, "config", key, value)
+        git(repo, "config", key, value)
 
 
 MECHANISMS = [
@@ -150,7 +132,7 @@ MECHANISMS = [
 def test_the_repository_config_runs_nothing_and_blocks_nothing(tmp_path: Path, mechanism: str) -> None:
     repo, pwned = _checkout(tmp_path), tmp_path / "PWNED"
     _config(repo, tmp_path, pwned, mechanism)
-    _write(repo, "new.py")
+    write_file(repo, "new.py")
 
     listed = _listed_in_time(repo)
     live = _listed_in_time(repo, untracked=True)
@@ -171,11 +153,11 @@ def test_a_sparse_index_is_walked_as_a_plain_folder(tmp_path: Path) -> None:
 
 def test_a_split_index_is_walked_as_a_plain_folder(tmp_path: Path) -> None:
     repo = _checkout(tmp_path)
-    _git(repo, "update-index", "--split-index")
-    _write(repo, "a/x.py", "x = 2\n")
-    _git(repo, "add", "a/x.py")
-    _write(repo, "ignored.log")
-    _write(repo, ".gitignore", "*.log\n")
+    git(repo, "update-index", "--split-index")
+    write_file(repo, "a/x.py", "x = 2\n")
+    git(repo, "add", "a/x.py")
+    write_file(repo, "ignored.log")
+    write_file(repo, ".gitignore", "*.log\n")
 
     assert find_checkout(repo) is None
     assert _listed_in_time(repo) == [".gitignore", "a/x.py", "b/y.py", "main.py"]
@@ -183,7 +165,7 @@ def test_a_split_index_is_walked_as_a_plain_folder(tmp_path: Path) -> None:
 
 def test_a_checkout_of_another_user_is_walked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = _checkout(tmp_path)
-    _write(repo, "untracked.py")
+    write_file(repo, "untracked.py")
     owner = os.lstat(repo / ".git").st_uid
     # As git's safe.directory: a checkout someone else owns (a shared drive, /tmp) is not read.
     monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
@@ -194,15 +176,15 @@ def test_a_checkout_of_another_user_is_walked(tmp_path: Path, monkeypatch: pytes
 
 def test_a_worktree_gitdir_file_is_followed(tmp_path: Path) -> None:
     repo = _checkout(tmp_path)
-    _git(repo, "worktree", "add", "-q", str(tmp_path / "second"))
-    _write(tmp_path / "second", "only_here.py")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "second"))
+    write_file(tmp_path / "second", "only_here.py")
 
     assert _listed_in_time(tmp_path / "second") == ["a/x.py", "b/y.py", "main.py"]
 
 
 def test_index_names_that_leave_the_folder_are_dropped(tmp_path: Path) -> None:
     repo = _checkout(tmp_path)
-    _write(tmp_path, "secret.py", "TOKEN = 1\n")
+    write_file(tmp_path, "secret.py", "TOKEN = 1\n")
     index = repo / ".git" / "index"
     data = index.read_bytes()
     # Rename "main.py" in place to a name of the same length that climbs out of the checkout.
@@ -245,7 +227,7 @@ def test_an_index_that_is_a_fifo_is_not_waited_on(tmp_path: Path) -> None:
 
 def test_the_search_for_a_checkout_stops_at_the_users_ceiling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = _checkout(tmp_path)
-    _write(repo, "a/untracked.py")
+    write_file(repo, "a/untracked.py")
     assert find_checkout(repo / "a") is not None
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(repo))
 
