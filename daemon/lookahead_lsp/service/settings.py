@@ -106,7 +106,7 @@ class Settings:
         (),
         f"Glob patterns (gitignore syntax, at most {MAX_IGNORE_GLOBS}) of files to leave out of the workspace index.",
         scope=MACHINE_OVERRIDABLE,
-        check=lambda globs: _check_ignore_globs(globs),
+        check=_check_ignore_globs,
     )
     threads: int | None = _setting(
         None, "CPU threads for the model. Empty: the daemon's choice.", scope=MACHINE_OVERRIDABLE, minimum=1, maximum=256

@@ -86,7 +86,6 @@ _GENERATED_GLOBS = (
 )
 
 
-
 @dataclass
 class SourceFiles:
     """Files to index, sorted, and how many were left out for each reason (binary, generated,

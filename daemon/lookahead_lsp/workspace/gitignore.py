@@ -98,11 +98,17 @@ def spec_reader(root: Path) -> SpecOf:
     real_root = os.path.realpath(root)
 
     def spec_of(folder: PurePosixPath) -> pathspec.GitIgnoreSpec | None:
-        if not is_inside(os.path.realpath(root / folder), real_root):
+        if not _inside(root, real_root, folder):
             return None
         return parse_gitignore(root / folder / ".gitignore")
 
     return spec_of
+
+
+def _inside(root: Path, real_root: str, folder: PurePosixPath) -> bool:
+    """Whether the folder at root/folder really lies in the root: not reached through a folder
+    symlink out of it, whose .gitignore is not the folder's."""
+    return is_inside(os.path.realpath(root / folder), real_root)
 
 
 def user_excludes(git_dir: Path | None) -> IgnoreRules:
@@ -187,15 +193,16 @@ class GitignoreCache:
     def spec(self, folder: PurePosixPath) -> pathspec.GitIgnoreSpec | None:
         """The patterns of the .gitignore in folder (relative to the root), parsed again only
         when its status (inode, size, modification and change times) changed."""
-        if not is_inside(os.path.realpath(self._root / folder), self._real_root):
-            return None
         path = self._root / folder / ".gitignore"
         stamp = _stamp(path)
         with self._lock:
             cached = self._specs.get(folder)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        spec = parse_gitignore(path) if stamp is not None else None
+        # Checked on a miss only: a hit is the same file (device and inode) judged before, and
+        # a folder replaced by a symlink out of the root gives another stamp.
+        inside = stamp is not None and _inside(self._root, self._real_root, folder)
+        spec = parse_gitignore(path) if inside else None
         count = 0 if spec is None else pattern_count(spec)
         with self._lock:
             if len(self._specs) >= _CACHE_MAX_FOLDERS or self._patterns + count > _CACHE_MAX_PATTERNS:
