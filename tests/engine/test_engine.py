@@ -113,7 +113,7 @@ def test_lookup_accepts_drafts_on_repetitive_code(engine: Engine) -> None:
 
 def test_kv_cache_is_reused_for_the_next_keystroke(engine: Engine) -> None:
     request, caches = _task(engine, *TASKS[0])
-    engine.runtime.clear()
+    engine.forget_kv()
     cold = _run(engine, request, caches, "none")
     assert cold.stats.prompt_evaluated == cold.stats.prompt_tokens - 1
     # The user types two characters: only the changed end of the prompt is evaluated.
@@ -121,11 +121,36 @@ def test_kv_cache_is_reused_for_the_next_keystroke(engine: Engine) -> None:
     warm = _run(engine, typed, caches, "none")
     assert warm.stats.prompt_evaluated <= 4
     # The same request from an empty cache gives the same completion (up to near-ties).
-    engine.runtime.clear()
+    engine.forget_kv()
     fresh = _run(engine, typed, caches, "none")
     assert fresh.stats.prompt_evaluated == fresh.stats.prompt_tokens - 1
     at = _first_difference(warm.tokens, fresh.tokens)
     assert at is None or fresh.trace[at].margin < NEAR_TIE
+
+
+def test_coming_back_to_a_file_puts_its_kv_state_back(engine: Engine) -> None:
+    first_file, caches = _task(engine, *TASKS[0])
+    other_file, _ = _task(engine, *TASKS[1])
+    engine.forget_kv()
+    first = _run(engine, first_file, caches, "none")
+    _run(engine, other_file, caches, "none")  # the other file's prompt takes the KV cache
+    assert len(engine.snapshots) == 1 and engine.snapshots.nbytes > 0
+    back = _run(engine, first_file, caches, "none")
+    assert back.stats.prompt_evaluated <= 4, "the first file's prompt was evaluated again"
+    assert engine.snapshots.stats.restored == 1
+    at = _first_difference(first.tokens, back.tokens)
+    assert at is None or first.trace[at].margin < NEAR_TIE
+    # With no memory for saved states, coming back costs the whole prompt again.
+    engine.forget_kv()
+    engine.snapshots.budget_bytes = 0
+    try:
+        _run(engine, first_file, caches, "none")
+        _run(engine, other_file, caches, "none")
+        again = _run(engine, first_file, caches, "none")
+        assert len(engine.snapshots) == 0
+        assert again.stats.prompt_evaluated >= again.stats.prompt_tokens - 8  # BOS and the like shared
+    finally:
+        engine.snapshots.budget_bytes = engine.settings.kv_snapshot_mib * 2**20
 
 
 def test_cancel_during_generation_leaves_the_next_request_correct(engine: Engine) -> None:
@@ -147,7 +172,7 @@ def test_cancel_during_generation_leaves_the_next_request_correct(engine: Engine
 
 
 def test_cancel_before_the_prompt_is_evaluated(engine: Engine) -> None:
-    engine.runtime.clear()
+    engine.forget_kv()
     request, caches = _task(engine, *TASKS[2])
     cancel = CancelToken()
     cancel.cancel()

@@ -7,7 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from lookahead_lsp.service.scheduler import MAX_QUEUED_JOBS, PREFIX_TAIL_CHARS, CompletionWorker, SuggestionCache
+from lookahead_lsp.service.scheduler import (
+    MAX_QUEUED_JOBS,
+    PREFIX_TAIL_CHARS,
+    CacheHit,
+    CompletionWorker,
+    SuggestionCache,
+)
 from lookahead_lsp.engine import CancelToken
 
 
@@ -87,8 +93,8 @@ def test_a_failing_job_fails_its_request_only() -> None:
 def test_suggestion_cache_follows_typing() -> None:
     cache = SuggestionCache(size=2)
     cache.store("a", "x = ", ")\n", "compute(1, 2")
-    assert cache.lookup("a", "x = ", ")\n") == "compute(1, 2"
-    assert cache.lookup("a", "x = comp", ")\n") == "ute(1, 2"
+    assert cache.lookup("a", "x = ", ")\n") == CacheHit("compute(1, 2", ahead=False)
+    assert cache.lookup("a", "x = comp", ")\n") == CacheHit("ute(1, 2", ahead=False)
     assert cache.lookup("a", "x = compute(1, 2", ")\n") is None  # fully typed: nothing left
     assert cache.lookup("a", "x = cop", ")\n") is None  # typed something else
     assert cache.lookup("a", "x = comp", "]\n") is None  # the text after the cursor changed
@@ -111,7 +117,7 @@ def test_suggestion_cache_of_a_huge_document_stays_small() -> None:
     assert 0 < cache.retained_chars() <= bound < len(document) // 10
     # Typing the start of the last suggestion is still answered from the cache.
     at = len(document) - 1
-    assert cache.lookup(uri, document[:at] + "sugg", document[at:]) == "estion_59(x)"
+    assert cache.lookup(uri, document[:at] + "sugg", document[at:]) == CacheHit("estion_59(x)", ahead=False)
     # The same tail after another beginning is another text: no answer.
     changed = "other = 0\n" + document[10:at]
     assert len(changed) == at and changed[-PREFIX_TAIL_CHARS:] == document[:at][-PREFIX_TAIL_CHARS:]
@@ -124,7 +130,7 @@ def test_closing_a_document_drops_its_suggestions() -> None:
     cache.store("b", "x = ", "", "compute()")
     cache.drop("a")
     assert cache.lookup("a", "x = c", "") is None
-    assert cache.lookup("b", "x = c", "") == "ompute()"
+    assert cache.lookup("b", "x = c", "") == CacheHit("ompute()", ahead=False)
     cache.drop("b")
     assert cache.retained_chars() == 0
 
@@ -208,4 +214,92 @@ def test_a_chore_is_never_dropped_for_room_nor_superseded_by_another() -> None:
         assert [f.result(timeout=5) for f in later] == [None, None, None, None, "job 4"]
     finally:
         release.set()
+        worker.stop()
+
+
+def _until_cancelled(started: threading.Event, text: str) -> Callable[[CancelToken], str]:
+    """A job that runs until it is cancelled (as the engine stops between passes)."""
+
+    def run(cancel: CancelToken) -> str:
+        started.set()
+        while not cancel.cancelled:
+            threading.Event().wait(0.005)
+        return text
+
+    return run
+
+
+def test_idle_work_waits_for_the_requests_and_runs_when_none_waits() -> None:
+    started, release = threading.Event(), threading.Event()
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        request = worker.submit("doc", _blocking(started, release))
+        assert started.wait(5)
+        ahead = worker.submit_idle("doc", "answer", _answer("ahead"))
+        threading.Event().wait(0.05)
+        assert not ahead.done(), "idle work started while a request ran"
+        release.set()
+        assert request.result(timeout=5) == "done"
+        assert ahead.result(timeout=5) == "ahead"
+    finally:
+        release.set()
+        worker.stop()
+
+
+def test_a_request_stops_running_idle_work_and_drops_waiting_idle_work() -> None:
+    started = threading.Event()
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        running = worker.submit_idle("doc", "a", _until_cancelled(started, "stopped"))
+        assert started.wait(5)
+        waiting = worker.submit_idle("other", "b", _answer("never"))
+        request = worker.submit("other", _answer("now"), debounce=False)
+        assert request.result(timeout=5) == "now"
+        assert running.result(timeout=5) is None  # cancelled: its result is not an answer
+        assert waiting.result(timeout=5) is None
+        assert worker.idle_preempted == 2
+        assert worker.superseded == 0, "idle work given up is not a request superseded"
+    finally:
+        worker.stop()
+
+
+def test_a_request_for_the_answer_being_computed_ahead_takes_it_over() -> None:
+    started, release = threading.Event(), threading.Event()
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        ahead = worker.submit_idle("doc", ("doc", 42), _blocking(started, release))
+        assert started.wait(5)
+        assert worker.submit_idle("doc", ("doc", 42), _answer("twice")) is ahead, "the same work queued twice"
+        assert worker.adopt(("doc", 41)) is None
+        taken = worker.adopt(("doc", 42))
+        assert taken is ahead
+        # Taken over, it is a request's job: other documents' requests wait for it.
+        other = worker.submit("other", _answer("next"), debounce=False)
+        release.set()
+        assert taken.result(timeout=5) == "done"
+        assert other.result(timeout=5) == "next"
+        # A waiting idle job taken over runs as the next request.
+        started.clear()
+        release.clear()
+        blocker = worker.submit("blocker", _blocking(started, release))
+        assert started.wait(5)
+        queued = worker.submit_idle("doc", ("doc", 43), _answer("waited"))
+        assert worker.adopt(("doc", 43)) is queued
+        release.set()
+        assert blocker.result(timeout=5) == "done"
+        assert queued.result(timeout=5) == "waited"
+    finally:
+        release.set()
+        worker.stop()
+
+
+def test_closing_a_document_stops_its_idle_work() -> None:
+    started = threading.Event()
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        running = worker.submit_idle("doc", "a", _until_cancelled(started, "stopped"))
+        assert started.wait(5)
+        worker.cancel("doc")
+        assert running.result(timeout=5) is None
+    finally:
         worker.stop()

@@ -492,3 +492,25 @@ async def test_multiline_setting(client: LanguageClient, workspace: Path) -> Non
     # The same first line, and where the model goes on at the line's indentation, more lines.
     assert [text.split("\n")[0] for text in always] == auto[1:]
     assert any(len(text.splitlines()) > 1 for text in always), always
+
+
+@pytest.mark.asyncio
+async def test_where_the_cursor_rests_the_daemon_computes_ahead(client: LanguageClient, workspace: Path) -> None:
+    await _start(client, workspace, {"maxTokens": 8})
+    await _ready(client)
+    uri = _open(client, workspace / ORDERS)
+    # Malformed: dropped with one line in the log; the daemon goes on.
+    client.protocol.notify("lookahead/cursor", {"textDocument": {"uri": uri}, "position": {"line": "x"}})
+    client.protocol.notify(
+        "lookahead/cursor", {"textDocument": {"uri": uri}, "position": {"line": 17, "character": 8}}
+    )
+
+    async def computed() -> bool:
+        return bool((await _status(client))["ahead"]["runs"] >= 1)
+
+    await _until(computed, timeout=120)
+    result = await _inline(client, uri, 17, 8)
+    assert result is not None and len(result.items) == 1
+    status = await _status(client)
+    assert status["completions"]["from_cache"] == 1, "the rest's completion did not answer"
+    assert status["ahead"]["served"] == 1

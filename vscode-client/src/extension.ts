@@ -21,12 +21,16 @@ import {
 import {
   CommandLine,
   ConfiguredCommand,
+  CursorParams,
+  CursorReporter,
+  CursorState,
   DaemonStatus,
   Located,
   LookaheadSettings,
   Origin,
   ProgramSearch,
   RestartBackoff,
+  SERVED_SCHEMES,
   ServerState,
   cacheFolder,
   checkPathSettings,
@@ -51,6 +55,7 @@ import { Launch, ensureWorkingFolder, formatLaunch, launchFor, workingFolder } f
 const STATUS_REQUEST = 'lookahead/status';
 const STATUS_CHANGED_NOTIFICATION = 'lookahead/statusChanged';
 const REBUILD_INDEX_REQUEST = 'lookahead/rebuildIndex';
+const CURSOR_NOTIFICATION = 'lookahead/cursor';
 
 /** The settings, the daemon's share of them, and what is wrong with them. In an untrusted
  * workspace VS Code hands out only user-level values of the restricted settings (package.json's
@@ -118,6 +123,11 @@ class LookaheadExtension implements vscode.Disposable {
   private indexingPercent: number | undefined;
   private lastStatus: DaemonStatus | undefined;
   private restartTimer: NodeJS.Timeout | undefined;
+  /** Where the cursor rests, for the daemon to evaluate the prompt there while the model idles. */
+  private readonly cursor = new CursorReporter(
+    () => this.cursorState(),
+    (params) => this.sendCursor(params),
+  );
   /** The environment the extension installs the daemon into. */
   private readonly privateVenv: string;
   /** Where every program of the extension runs (launch.ts): never a workspace folder nor the
@@ -155,10 +165,15 @@ class LookaheadExtension implements vscode.Disposable {
       // Trust lets workspace values of the restricted settings and the PATH entries in the
       // workspace count.
       vscode.workspace.onDidGrantWorkspaceTrust(() => this.settingsChanged()),
+      vscode.window.onDidChangeTextEditorSelection((e) => {
+        if (e.textEditor === vscode.window.activeTextEditor) this.cursor.moved();
+      }),
+      vscode.window.onDidChangeActiveTextEditor(() => this.cursor.moved()),
     ];
   }
 
   dispose(): void {
+    this.cursor.dispose();
     this.statusItem.dispose();
     this.out.dispose();
   }
@@ -206,6 +221,7 @@ class LookaheadExtension implements vscode.Disposable {
 
   async startServer(): Promise<void> {
     const gen = ++this.generation;
+    this.cursor.reset();
     const { configured, located, missing } = this.daemon();
     this.launched = located;
     this.serverState = 'starting';
@@ -229,8 +245,7 @@ class LookaheadExtension implements vscode.Disposable {
     const serverOptions: ServerOptions = { command: launch.command, args: launch.args, options: { cwd: launch.cwd, env: launch.env } };
     let died = false;
     const clientOptions: LanguageClientOptions = {
-      // Unsaved editors too: the daemon completes them from their text alone.
-      documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
+      documentSelector: SERVED_SCHEMES.map((scheme) => ({ scheme })),
       outputChannel: this.out,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
       initializationOptions: this.daemonOptions,
@@ -273,6 +288,35 @@ class LookaheadExtension implements vscode.Disposable {
     this.watchIndexingProgress(c, gen);
     this.updateStatusBar();
     void this.requestStatus(); // in case the first notification came before the client was running
+    this.cursor.moved(); // a new server knows no cursor: the one resting now, once it is quiet
+  }
+
+  /** What a cursor report looks at now: the active editor, as the client names its document. */
+  private cursorState(): CursorState {
+    const c = this.client;
+    const editor = vscode.window.activeTextEditor;
+    const doc = editor?.document;
+    return {
+      running: c?.state === State.Running,
+      settings: this.settings,
+      toggledOff: this.toggledOff,
+      editor:
+        c && editor && doc
+          ? {
+              uri: c.code2ProtocolConverter.asUri(doc.uri),
+              scheme: doc.uri.scheme,
+              languageId: doc.languageId,
+              version: doc.version,
+              selections: editor.selections,
+            }
+          : undefined,
+    };
+  }
+
+  private sendCursor(params: CursorParams): void {
+    const c = this.client;
+    if (!c) return;
+    c.sendNotification(CURSOR_NOTIFICATION, params).catch((e) => this.log(`${CURSOR_NOTIFICATION} failed: ${message(e)}`));
   }
 
   /** No request at all while completions are off. Requests go out at once: the daemon waits
@@ -391,6 +435,7 @@ class LookaheadExtension implements vscode.Disposable {
   async stopServer(): Promise<void> {
     this.generation++;
     clearTimeout(this.restartTimer);
+    this.cursor.reset();
     const c = this.client;
     this.client = undefined;
     this.serverState = 'stopped';

@@ -17,11 +17,13 @@ from lookahead_lsp.engine import calibration, cost_model
 from lookahead_lsp.engine.completion import CompletionRun, RunInputs
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
+from lookahead_lsp.engine.kv_snapshots import KvSnapshots
 from lookahead_lsp.engine.options import CancelToken, DecodeOptions, DraftCaches, EngineSettings, step_room
 from lookahead_lsp.engine.policy import AutoPolicy
 from lookahead_lsp.engine.prompt import CompletionRequest, FimTokens, Prompt, PromptBuilder
 from lookahead_lsp.engine.results import Completion
 from lookahead_lsp.engine.runtime import ModelRuntime, RuntimeSettings
+from lookahead_lsp.engine.threads import ThreadChooser
 
 # The calibration is saved after a completion at most this often (and when the engine closes).
 _SAVE_EVERY_S = 60.0
@@ -47,6 +49,10 @@ class Engine:
         # The last request's text before the cursor and everything it generated: the
         # "previous" draft source.
         self.previous: tuple[str, str] | None = None
+        self.snapshots = KvSnapshots(settings.kv_snapshot_mib * 2**20)
+        # The document the KV cache's prompt belongs to (its state is saved under that name).
+        self._kv_owner: str | None = None
+        self.threads = ThreadChooser(settings.n_threads, self.runtime.settings.threads)
         self._cache_dir = settings.cache_dir or default_cache_dir()
         self._model_identity = calibration.model_identity(settings.model_path)
         self._machine = cost_model.machine_key(self.runtime)
@@ -128,6 +134,12 @@ class Engine:
     def fill_in_the_middle(self) -> bool:
         return self.prompts.fim is not None
 
+    def forget_kv(self) -> None:
+        """Empties the KV cache and drops the saved states: the next prompt is evaluated whole
+        (what a cold start costs)."""
+        self.runtime.clear()
+        self.snapshots.clear()
+
     def close(self) -> None:
         self.save_calibration()
         self.runtime.close()
@@ -152,9 +164,14 @@ class Engine:
             healed = self.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
             heal_ids = self.token_prefixes().starting_with(healed)
         rest = self.previous_continuation(request.prefix)
+        self.snapshots.prepare(self.runtime, prompt.tokens, self._kv_owner)
+        self._kv_owner = request.path or None
+        threads = self.threads.choose()
+        self.runtime.set_threads(threads)
         inputs = RunInputs(self.runtime, self.tokenizer, prompt, heal_ids, rest, policy)
         run = CompletionRun(inputs, request, options, caches, cancelled, start)
         result = run.execute()
+        result.stats.threads = threads
         self.previous = (request.prefix, run.generated_text())
         self._save_now_and_then()
         return result

@@ -49,10 +49,12 @@ AUTO_WINDOW_SHAPES = (LookaheadShape(8, 4, 8), LookaheadShape(4, 4, 4), Lookahea
 class EngineSettings:
     model_path: Path
     n_ctx: int = 4096
-    n_threads: int | None = None  # None: all cores
+    n_threads: int | None = None  # None: the cores other programs leave free (threads.py)
     n_gpu_layers: int = -1  # -1: all, on a GPU build of llama-cpp-python
     cache_dir: Path | None = None  # cost model and calibration (default ~/.cache/lookahead-lsp)
     sampling: str = "auto"  # where each position's argmax is taken (runtime.SAMPLING_MODES)
+    # Host memory for the KV states of recently used documents (kv_snapshots.py); 0: none kept.
+    kv_snapshot_mib: int = 256
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ class CompletionStats:
     ms_draft: float = 0.0
     ms_model: float = 0.0
     ms_total: float = 0.0
+    threads: int = 0  # the model's threads for this completion (threads.py)
 
     @property
     def tokens_per_pass(self) -> float:
@@ -47,6 +48,7 @@ class CompletionStats:
             "ms_model": round(self.ms_model, 2),
             "ms_total": round(self.ms_total, 2),
             "tokens_per_s": round(self.tokens_per_s, 2),
+            "threads": self.threads,
         }
 
 

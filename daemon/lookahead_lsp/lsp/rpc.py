@@ -23,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+import attrs
 import cattrs
 from cattrs import Converter
 from cattrs.v import format_exception
@@ -59,6 +60,21 @@ class _NoClient:
 
 def _nothing() -> None:
     pass
+
+
+# The editor tells where its cursor rests (the daemon may evaluate the prompt there while the
+# model is idle): a notification whose params are checked like any LSP message's.
+CURSOR_NOTIFICATION = "lookahead/cursor"
+
+
+@attrs.define
+class CursorNotification:
+    params: types.TextDocumentPositionParams
+    method: str = CURSOR_NOTIFICATION
+    jsonrpc: str = "2.0"
+
+
+_OWN_MESSAGES: dict[str, type] = {CURSOR_NOTIFICATION: CursorNotification}
 
 
 class LookaheadProtocol(LanguageServerProtocol):
@@ -168,7 +184,8 @@ class LookaheadProtocol(LanguageServerProtocol):
         kind: Any
         if "method" in fields:
             fallback = JsonRPCRequestMessage if "id" in fields else JsonRPCNotification
-            kind = self.get_message_type(fields["method"]) or fallback
+            method = fields["method"]
+            kind = _OWN_MESSAGES.get(method) or self.get_message_type(method) or fallback
         elif "error" in fields:
             kind = types.ResponseErrorMessage
         else:

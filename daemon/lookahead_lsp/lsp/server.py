@@ -4,7 +4,8 @@ service holds the model, the workspace indexes and the completion worker.
 Features: textDocument/inlineCompletion (LSP 3.18), textDocument/completion (one item, for
 editors without inline completion), incremental document sync, workspace folders,
 didChangeConfiguration, didChangeWatchedFiles, the requests lookahead/status and
-lookahead/rebuildIndex, and the notification lookahead/statusChanged (the status, sent when it
+lookahead/rebuildIndex, the notification lookahead/cursor (where the editor's cursor rests, for
+work done ahead), and the notification lookahead/statusChanged (the status, sent when it
 changes). The items themselves are built in lsp_items.py."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from lookahead_lsp.lsp.items import (
     inline_list,
     menu_client,
 )
-from lookahead_lsp.lsp.rpc import LookaheadProtocol
+from lookahead_lsp.lsp.rpc import CURSOR_NOTIFICATION, LookaheadProtocol
 from lookahead_lsp.service.service import Answer, LookaheadService
 from lookahead_lsp.lsp.transport import Listener, serve_socket, serve_stdio
 
@@ -259,6 +260,15 @@ async def completion(ls: LookaheadServer, params: types.CompletionParams) -> typ
     return completion_list(document, params.position, offset, answer.text if answer is not None else "", ls.menu_client)
 
 
+def cursor(ls: LookaheadServer, params: types.TextDocumentPositionParams) -> None:
+    uri = params.text_document.uri
+    document = ls.workspace.text_documents.get(uri)
+    if document is None:  # only open documents: a rest is no reason to read a file
+        return
+    offset = cursor_offset(document, params.position)
+    ls.service.cursor_rests(uri, uri_to_path(uri), document.source, offset, document.language_id or "")
+
+
 def status(ls: LookaheadServer, params: Any) -> dict[str, Any]:
     return ls.service.status()
 
@@ -284,6 +294,7 @@ def build_server(cache_dir: Path | None = None) -> LookaheadServer:
         (types.TEXT_DOCUMENT_DID_CLOSE, did_close, None),
         (types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_completion, types.InlineCompletionOptions()),
         (types.TEXT_DOCUMENT_COMPLETION, completion, None),
+        (CURSOR_NOTIFICATION, cursor, None),
         (STATUS_REQUEST, status, None),
         (REBUILD_INDEX_REQUEST, rebuild_index, None),
     ]

@@ -1,7 +1,8 @@
 """Scheduling completion requests onto the one model: a single worker thread, a short debounce,
-newer requests for a document superseding older ones, a cap on waiting requests, and an LRU of
-recent suggestions so that typing the beginning of a suggestion is answered without the model.
-Both hold a bounded amount of memory whatever the documents' sizes and number."""
+newer requests for a document superseding older ones, a cap on waiting requests, work done
+ahead while no request waits (idle jobs, which any request preempts), and an LRU of recent
+suggestions so that typing the beginning of a suggestion is answered without the model. Both
+hold a bounded amount of memory whatever the documents' sizes and number."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -35,13 +36,21 @@ class _Job(Generic[T]):
     cancel: CancelToken
     future: Future[T | None]
     not_before: float
+    # An idle job: runs only while no request waits, and the answer to which request it computes
+    # (a request asking exactly that takes it over instead of preempting it).
+    idle_for: Hashable | None = None
 
 
 class CompletionWorker(Generic[T]):
     """Runs jobs one at a time on its own thread. A job waits `debounce_s` before it starts; a
     newer job with the same key supersedes the older one, which resolves to None (cancelled
     while running: its CancelToken is set and its own result, if any, is dropped). At most
-    `max_queued` jobs wait: a new one beyond that drops the oldest waiting one (to None)."""
+    `max_queued` jobs wait: a new one beyond that drops the oldest waiting one (to None).
+
+    One idle job may wait besides (a newer one replaces it). It starts only when no other job
+    waits, and a job submitted while it waits or runs drops it (cancelled while running: the
+    engine stops within one model pass), unless that job asks for the very answer the idle job
+    computes (`adopt`)."""
 
     def __init__(self, debounce_s: float = 0.03, max_queued: int = MAX_QUEUED_JOBS) -> None:
         self.debounce_s = debounce_s
@@ -49,8 +58,10 @@ class CompletionWorker(Generic[T]):
         self._lock = threading.Condition()
         self._queue: list[_Job[T]] = []
         self._running: _Job[T] | None = None
+        self._idle: _Job[T] | None = None
         self._stopped = False
         self.superseded = 0
+        self.idle_preempted = 0  # idle jobs dropped or stopped for a request
         self._thread = threading.Thread(target=self._loop, name="lookahead-model", daemon=True)
         self._thread.start()
 
@@ -66,11 +77,58 @@ class CompletionWorker(Generic[T]):
         waits for no debounce."""
         return self._enqueue(_Job(None, run, CancelToken(), Future(), time.monotonic()))
 
+    def submit_idle(self, key: str, answer: Hashable, run: Callable[[CancelToken], T]) -> Future[T | None]:
+        """Queues run(cancel), the computation of `answer`, for when no other job waits."""
+        job = _Job(key, run, CancelToken(), Future(), time.monotonic(), idle_for=answer)
+        with self._lock:
+            for same in (self._running, self._idle):
+                if same is not None and same.idle_for == answer and not same.cancel.cancelled:
+                    return same.future
+            if self._stopped:
+                _resolve(job.future, None)
+                return job.future
+            if self._idle is not None:
+                _resolve(self._idle.future, None)
+            self._idle = job
+            self._lock.notify_all()
+        return job.future
+
+    def adopt(self, answer: Hashable) -> Future[T | None] | None:
+        """The future of the idle job that computes `answer`, waiting or running, which from
+        now on counts as a request's job (only a newer request for its document supersedes it);
+        None if no idle job does."""
+        with self._lock:
+            running = self._running
+            if running is not None and running.idle_for == answer and not running.cancel.cancelled:
+                running.idle_for = None
+                return running.future
+            waiting = self._idle
+            if waiting is not None and waiting.idle_for == answer:
+                self._idle = None
+                waiting.idle_for = None
+                waiting.not_before = time.monotonic()
+                self._queue.insert(0, waiting)
+                self._lock.notify_all()
+                return waiting.future
+        return None
+
+    def _preempt_idle(self) -> None:
+        """A request came: the idle work gives way (lock held)."""
+        if self._idle is not None:
+            _resolve(self._idle.future, None)
+            self._idle = None
+            self.idle_preempted += 1
+        running = self._running
+        if running is not None and running.idle_for is not None and not running.cancel.cancelled:
+            running.cancel.cancel()
+            self.idle_preempted += 1
+
     def _enqueue(self, job: _Job[T]) -> Future[T | None]:
         with self._lock:
             if self._stopped:
                 _resolve(job.future, None)
                 return job.future
+            self._preempt_idle()
             if job.key is not None:
                 self._drop(lambda old: old.key == job.key)
             self._make_room()
@@ -85,9 +143,20 @@ class CompletionWorker(Generic[T]):
             return len(self._queue)
 
     def cancel(self, key: str) -> None:
-        """Drops every job with this key (the document was closed)."""
+        """Drops every job with this key (the document was closed), idle ones included."""
         with self._lock:
             self._drop(lambda job: job.key == key)
+            if self._idle is not None and self._idle.key == key:
+                _resolve(self._idle.future, None)
+                self._idle = None
+            running = self._running
+            if running is not None and running.idle_for is not None and running.key == key:
+                running.cancel.cancel()
+
+    def drop_idle(self) -> None:
+        """Drops the idle work, waiting or running (what it computes is no longer wanted)."""
+        with self._lock:
+            self._preempt_idle()
 
     def cancel_job(self, future: Future[T | None]) -> None:
         """Drops the one job `submit` returned this future for, queued or running. A cancelled
@@ -102,6 +171,9 @@ class CompletionWorker(Generic[T]):
             for job in self._queue:
                 _resolve(job.future, None)
             self._queue.clear()
+            if self._idle is not None:
+                _resolve(self._idle.future, None)
+                self._idle = None
             if self._running is not None:
                 self._running.cancel.cancel()
             self._lock.notify_all()
@@ -113,8 +185,9 @@ class CompletionWorker(Generic[T]):
             self._queue.remove(job)
             _resolve(job.future, None)
             self.superseded += 1
-        if self._running is not None and matches(self._running):
-            self._running.cancel.cancel()
+        running = self._running
+        if running is not None and running.idle_for is None and matches(running):
+            running.cancel.cancel()
             self.superseded += 1
 
     def _make_room(self) -> None:
@@ -143,6 +216,10 @@ class CompletionWorker(Generic[T]):
                         self._running = job
                         return job
                     self._lock.wait(wait)
+                elif self._idle is not None:
+                    job, self._idle = self._idle, None
+                    self._running = job
+                    return job
                 else:
                     self._lock.wait()
 
@@ -173,6 +250,19 @@ def _resolve(future: Future[T | None], value: T | None) -> None:
 
 
 @dataclass(frozen=True)
+class CacheHit:
+    text: str
+    # The answer was computed ahead and nothing of it typed since: the user accepted what came
+    # before it (or rested there), and work done while the model was idle answers.
+    ahead: bool
+
+
+def answer_key(uri: str, prefix: str, suffix: str) -> tuple[str, int, bytes, str]:
+    """What identifies the answer to a request (an idle job computing it, a request taking it over)."""
+    return (uri, len(prefix), _digest(prefix), suffix[:_SUFFIX_KEY_CHARS])
+
+
+@dataclass(frozen=True)
 class _Suggestion:
     uri: str
     prefix_chars: int  # the length of the text before the cursor it was computed for
@@ -180,6 +270,7 @@ class _Suggestion:
     prefix_digest: bytes  # and a digest of all of it
     suffix_key: str
     text: str
+    ahead: bool  # computed ahead of any request (scheduler's idle jobs), not for one
 
     @property
     def retained_chars(self) -> int:
@@ -197,11 +288,11 @@ class SuggestionCache:
         self._entries: OrderedDict[tuple[str, int, bytes], _Suggestion] = OrderedDict()
         self._lock = threading.Lock()
 
-    def store(self, uri: str, prefix: str, suffix: str, text: str) -> None:
+    def store(self, uri: str, prefix: str, suffix: str, text: str, ahead: bool = False) -> None:
         if not text:
             return
         entry = _Suggestion(
-            uri, len(prefix), prefix[-PREFIX_TAIL_CHARS:], _digest(prefix), suffix[:_SUFFIX_KEY_CHARS], text
+            uri, len(prefix), prefix[-PREFIX_TAIL_CHARS:], _digest(prefix), suffix[:_SUFFIX_KEY_CHARS], text, ahead
         )
         key = (uri, entry.prefix_chars, entry.prefix_digest)
         with self._lock:
@@ -210,7 +301,7 @@ class SuggestionCache:
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
 
-    def lookup(self, uri: str, prefix: str, suffix: str) -> str | None:
+    def lookup(self, uri: str, prefix: str, suffix: str) -> CacheHit | None:
         suffix_key = suffix[:_SUFFIX_KEY_CHARS]
         with self._lock:
             candidates = [e for e in reversed(self._entries.values()) if e.uri == uri and e.suffix_key == suffix_key]
@@ -224,7 +315,7 @@ class SuggestionCache:
             if prefix.endswith(entry.prefix_tail, 0, entry.prefix_chars) and (
                 _digest(prefix[: entry.prefix_chars]) == entry.prefix_digest
             ):
-                return entry.text[len(typed) :]
+                return CacheHit(entry.text[len(typed) :], entry.ahead and not typed)
         return None
 
     def drop(self, uri: str) -> None:

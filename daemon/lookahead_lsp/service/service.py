@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from lookahead_lsp import __version__
-from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache
+from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache, answer_key
 from lookahead_lsp.service.documents import Document, OpenDocuments, recent_chunks
 from lookahead_lsp.engine import (
     CancelToken,
@@ -64,12 +65,31 @@ class Counters:
     failed: int = 0
 
 
+@dataclass
+class AheadCounters:
+    """What work done while the model was idle cost and saved."""
+
+    runs: int = 0  # idle completions that finished
+    stopped: int = 0  # idle completions a request interrupted
+    served: int = 0  # answers from them, from the cache, with nothing typed since
+    adopted: int = 0  # requests that found their answer being computed ahead and waited for it
+    ms_model: float = 0.0  # model time spent ahead of requests
+
+    def record(self, result: Completion) -> None:
+        self.ms_model += result.stats.ms_total
+        if result.stop_reason == "cancelled":
+            self.stopped += 1
+        else:
+            self.runs += 1
+
+
 class LookaheadService:
     def __init__(self, client: Client, cache_dir: Path | None = None) -> None:
         self.client = client
         self.cache_dir = cache_dir
         self.settings = Settings()
         self.counters = Counters()
+        self.ahead = AheadCounters()
         self.last_completion: dict[str, Any] | None = None
         self.documents = OpenDocuments(client)
         self.suggestions = SuggestionCache()
@@ -98,6 +118,7 @@ class LookaheadService:
             # A suggestion made under other settings (draft, maxTokens, multiline, the model...)
             # must not come back from the cache as if made under these.
             self.suggestions.clear()
+            self.worker.drop_idle()
         model_keys = {"model_path", "context_size", "threads", "gpu_layers", "sampling"}
         if self._loader is not None and update.changed & model_keys:
             self.start_model()
@@ -221,19 +242,63 @@ class LookaheadService:
         self, uri: str, path: Path | None, text: str, offset: int, language: str, invoked: bool = False
     ) -> Future[Answer | None]:
         """The completion at `offset` of `text`: from the suggestion cache at once, else from
-        the model on its worker (superseding this document's earlier request). invoked: the
-        user asked explicitly (no debounce)."""
+        work done ahead for it, else from the model on its worker (superseding this document's
+        earlier request). invoked: the user asked explicitly (no debounce)."""
         done: Future[Answer | None] = Future()
-        too_large = self.documents.too_large(uri, text, self.settings.max_document_kb)
-        if language in self.settings.disabled_languages or too_large:
+        if not self._completes(uri, text, language):
             done.set_result(None)
             return done
         prefix, suffix = text[:offset], text[offset:]
         cached = self.suggestions.lookup(uri, prefix, suffix)
         if cached is not None:
             self.counters.from_cache += 1
-            done.set_result(Answer(cached, "cache"))
+            self.ahead.served += cached.ahead
+            done.set_result(Answer(cached.text, "cache"))
+            self._work_ahead(uri, path, prefix + cached.text, suffix)
             return done
+        adopted = self.worker.adopt(answer_key(uri, prefix, suffix))
+        if adopted is not None:
+            self.ahead.adopted += 1
+            adopted.add_done_callback(lambda f: self._after_adopted(uri, path, prefix, suffix, f))
+            return adopted
+        job = self._job(uri, path, prefix, suffix, ahead=False)
+        return self.worker.submit(uri, job, debounce=not invoked)
+
+    def cursor_rests(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> None:
+        """The editor's cursor stopped at `offset`: while the model is idle, the completion
+        there is computed (its prompt evaluated first), so that typing there starts warm."""
+        if not self._completes(uri, text, language):
+            return
+        self._work_ahead(uri, path, text[:offset], text[offset:])
+
+    def _completes(self, uri: str, text: str, language: str) -> bool:
+        too_large = self.documents.too_large(uri, text, self.settings.max_document_kb)
+        return language not in self.settings.disabled_languages and not too_large
+
+    def _work_ahead(self, uri: str, path: Path | None, prefix: str, suffix: str) -> None:
+        """Queues the completion of (prefix, suffix) for when the model is idle, unless it is
+        known already or the user turned this off."""
+        if not self.settings.work_ahead or not self._engine_ready.is_set() or self._engine is None:
+            return
+        if self.suggestions.lookup(uri, prefix, suffix) is not None:
+            return
+        job = self._job(uri, path, prefix, suffix, ahead=True)
+        self.worker.submit_idle(uri, answer_key(uri, prefix, suffix), job)
+
+    def _after_adopted(
+        self, uri: str, path: Path | None, prefix: str, suffix: str, future: Future[Answer | None]
+    ) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        answer = future.result()
+        if answer is None or answer.completion is None or answer.completion.stop_reason == "cancelled":
+            return
+        self._served(answer.completion)
+        if answer.text:
+            self._work_ahead(uri, path, prefix + answer.text, suffix)
+
+    def _job(self, uri: str, path: Path | None, prefix: str, suffix: str, ahead: bool) -> Callable[[CancelToken], Answer]:
+        """The model's work for one completion, under the settings of now."""
         settings = self.settings
         # The other documents as they are now; their lines are cut out on the worker.
         recent = self.documents.others(uri)
@@ -249,12 +314,18 @@ class LookaheadService:
             request = CompletionRequest(
                 prefix, suffix, self._relative(path, uri), recent_chunks(recent, self._relative), self._repository(path)
             )
-            return self._run(uri, path, request, options, cancel)
+            return self._run(uri, path, request, options, cancel, ahead)
 
-        return self.worker.submit(uri, run, debounce=not invoked)
+        return run
 
     def _run(
-        self, uri: str, path: Path | None, request: CompletionRequest, options: DecodeOptions, cancel: CancelToken
+        self,
+        uri: str,
+        path: Path | None,
+        request: CompletionRequest,
+        options: DecodeOptions,
+        cancel: CancelToken,
+        ahead: bool,
     ) -> Answer:
         if not self._engine_ready.wait(_MODEL_WAIT_S):
             return Answer("", "model")
@@ -267,13 +338,23 @@ class LookaheadService:
             self.counters.failed += 1
             self.client.log(logging.ERROR, f"completion failed: {error}")
             raise
+        if ahead:
+            self.ahead.record(result)
         if result.stop_reason == "cancelled":
-            self.counters.cancelled += 1
-        else:
-            self.counters.served += 1
-            self.suggestions.store(uri, request.prefix, request.suffix, result.text)
-            self.last_completion = {"text": result.text, "stop_reason": result.stop_reason, **result.stats.as_dict()}
+            self.counters.cancelled += not ahead
+            return Answer("", "model", result)
+        self.suggestions.store(uri, request.prefix, request.suffix, result.text, ahead)
+        if not ahead:
+            self._served(result)
+            if result.text:
+                # What the user sees may be accepted next: its continuation is decoded while
+                # they read it.
+                self._work_ahead(uri, path, request.prefix + result.text, request.suffix)
         return Answer(result.text, "model", result)
+
+    def _served(self, result: Completion) -> None:
+        self.counters.served += 1
+        self.last_completion = {"text": result.text, "stop_reason": result.stop_reason, **result.stats.as_dict()}
 
     def _caches(self, path: Path | None) -> DraftCaches:
         """The document's folder's caches (on the worker, which refreshes the static one)."""
@@ -327,7 +408,26 @@ class LookaheadService:
                 "failed": self.counters.failed,
             },
             "last": self.last_completion,
+            "ahead": self._ahead_status(engine),
             "draft": self.settings.draft,
+        }
+
+
+    def _ahead_status(self, engine: Engine | None) -> dict[str, Any]:
+        a = self.ahead
+        snapshots = engine.snapshots if engine is not None else None
+        return {
+            "enabled": self.settings.work_ahead,
+            "runs": a.runs,
+            "stopped": a.stopped + self.worker.idle_preempted,
+            "served": a.served,
+            "adopted": a.adopted,
+            "ms_model": round(a.ms_model, 1),
+            # KV states of recently used documents, and what putting them back spared.
+            "kv_states": len(snapshots) if snapshots else 0,
+            "kv_states_mib": round(snapshots.nbytes / 2**20, 1) if snapshots else 0.0,
+            "kv_restored": snapshots.stats.restored if snapshots else 0,
+            "kv_tokens_restored": snapshots.stats.tokens_restored if snapshots else 0,
         }
 
 

@@ -109,7 +109,7 @@ class Settings:
         check=_check_ignore_globs,
     )
     threads: int | None = _setting(
-        None, "CPU threads for the model. Empty: the daemon's choice.", scope=MACHINE_OVERRIDABLE, minimum=1, maximum=256
+        None, "CPU threads for the model. Empty: the cores other programs leave free, looked at before each completion.", scope=MACHINE_OVERRIDABLE, minimum=1, maximum=256
     )
     gpu_layers: int = _setting(
         -1,
@@ -126,6 +126,10 @@ class Settings:
         "Wait after a keystroke before the model starts on a completion; a newer keystroke in the same document replaces the request. Explicitly invoked completions do not wait.",
         minimum=0,
         maximum=2000,
+    )
+    work_ahead: bool = _setting(
+        True,
+        "Use the time the model would sit idle: decode past a shown suggestion and evaluate the prompt where the cursor rests, so that accepting, or typing where you rest, is answered at once. Any request interrupts this work within one model pass. Off: the model runs only for requests (saves battery).",
     )
     disabled_languages: tuple[str, ...] = _setting(
         (), "Language ids (e.g. \"markdown\", \"plaintext\") for which no completions are given."
@@ -162,6 +166,10 @@ class Setting:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError("expected a list of strings")
             parsed = tuple(value)
+        elif self.json_type == "boolean":
+            if not isinstance(value, bool):
+                raise ValueError("expected true or false")
+            parsed = value
         else:
             parsed = self._number(value)
         if self.spec.check is not None:
@@ -208,7 +216,13 @@ def _camel(name: str) -> str:
     return first + "".join(part.capitalize() for part in rest)
 
 
-_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", tuple[str, ...]: "array"}
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    tuple[str, ...]: "array",
+}
 
 
 def _describe(f: dataclasses.Field[Any], hint: Any) -> Setting:

@@ -1,0 +1,143 @@
+"""Work done while the model is idle, with the real default model in this process: the
+continuation of a shown suggestion is decoded before the user accepts it, and accepting is then
+answered from it with what the model gives for that text; where the cursor rests, the
+completion is computed before the user types; the KV states of files left behind are put back
+when the user comes back; and workAhead off leaves the model idle."""
+
+from __future__ import annotations
+
+import sysconfig
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lookahead_lsp.service.service import Answer, LookaheadService
+from recording_client import RecordingClient
+
+from test_service_limits import CACHE, WAIT_S
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+# (file, text just before the cursor): the cursor at the end of that text's first occurrence.
+SPOTS = [
+    ("json/encoder.py", "    def iterencode(self, o, _one_shot=False):"),
+    ("argparse.py", "    def _get_optional_actions(self):"),
+    ("csv.py", "    def writerow(self, rowdict):"),
+    ("string.py", "    def convert_field(self, value, conversion):"),
+]
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[LookaheadService]:
+    loaded = LookaheadService(RecordingClient(), CACHE)
+    loaded.configure({"maxTokens": 12, "debounceMs": 0, "draft": "none", "timeBudgetMs": None})
+    loaded.start_model()
+    _until(lambda: loaded.status()["model_state"] != "loading")
+    assert loaded.status()["model_state"] == "ready"
+    yield loaded
+    loaded.shutdown()
+
+
+def _until(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def _spot(name: str, before: str) -> tuple[str, str, int]:
+    text = (STDLIB / name).read_text()
+    return f"file:///stdlib/{name}", text, text.index(before) + len(before)
+
+
+def _complete(service: LookaheadService, uri: str, text: str, offset: int) -> Answer:
+    answer = service.complete(uri, None, text, offset, "python", invoked=True).result(timeout=WAIT_S)
+    assert answer is not None
+    return answer
+
+
+def _ahead(service: LookaheadService) -> dict[str, int]:
+    ahead: dict[str, int] = service.status()["ahead"]
+    return ahead
+
+
+def test_accepting_a_suggestion_is_answered_from_what_was_decoded_ahead(service: LookaheadService) -> None:
+    checked = 0
+    for name, before in SPOTS:
+        uri, text, offset = _spot(name, before)
+        service.open_document(uri, None, text)
+        runs = _ahead(service)["runs"]
+        shown = _complete(service, uri, text, offset)
+        if not shown.text:
+            continue
+        # While the user reads the suggestion, the model decodes what follows it.
+        _until(lambda: _ahead(service)["runs"] > runs)
+        accepted = text[:offset] + shown.text + text[offset:]
+        at = offset + len(shown.text)
+        served = _ahead(service)["served"]
+        following = _complete(service, uri, accepted, at)
+        assert following.source == "cache", "accepting made the model run again"
+        assert _ahead(service)["served"] == served + 1
+        # The lossless rule: what the model itself gives for the accepted text.
+        service.suggestions.clear()
+        service.worker.drop_idle()
+        fresh = _complete(service, uri, accepted, at)
+        assert fresh.source == "model"
+        assert following.text == fresh.text
+        service.close_document(uri, None)
+        checked += 1
+    assert checked >= 2, "too few suggestions to check"
+
+
+def test_where_the_cursor_rests_the_completion_is_ready_before_the_request(service: LookaheadService) -> None:
+    uri, text, offset = _spot(*SPOTS[1])
+    other_uri, other_text, other_offset = _spot(*SPOTS[0])
+    service.open_document(uri, None, text)
+    service.open_document(other_uri, None, other_text)
+    _complete(service, other_uri, other_text, other_offset)  # the KV cache holds another file
+    service.worker.drop_idle()
+    runs = _ahead(service)["runs"]
+    service.cursor_rests(uri, None, text, offset, "python")
+    _until(lambda: _ahead(service)["runs"] > runs)
+    answer = _complete(service, uri, text, offset)
+    assert answer.source == "cache"
+    # A key the model did not suggest: its prompt is warm, only the typed end is evaluated.
+    typed = text[:offset] + "#" + text[offset:]
+    service.suggestions.clear()
+    service.worker.drop_idle()
+    warm = _complete(service, uri, typed, offset + 1)
+    assert warm.completion is not None and warm.completion.stats.prompt_evaluated <= 8
+    for closed in (uri, other_uri):
+        service.close_document(closed, None)
+
+
+def test_coming_back_to_a_file_starts_from_its_saved_kv_state(service: LookaheadService) -> None:
+    service.configure({"workAhead": False})
+    try:
+        (uri, text, offset), (other_uri, other_text, other_offset) = _spot(*SPOTS[2]), _spot(*SPOTS[3])
+        _complete(service, uri, text, offset)
+        _complete(service, other_uri, other_text, other_offset)
+        restored = _ahead(service)["kv_restored"]
+        back = _complete(service, uri, text[:offset] + " " + text[offset:], offset + 1)
+        assert back.completion is not None and back.completion.stats.prompt_evaluated <= 8
+        assert _ahead(service)["kv_restored"] == restored + 1
+        assert _ahead(service)["kv_states"] >= 1
+    finally:
+        service.configure({"workAhead": True})
+
+
+def test_work_ahead_off_leaves_the_model_idle(service: LookaheadService) -> None:
+    service.configure({"workAhead": False})
+    try:
+        uri, text, offset = _spot(*SPOTS[3])
+        before = _ahead(service)
+        shown = _complete(service, uri, text, offset)
+        service.cursor_rests(uri, None, text, offset + 1, "python")
+        time.sleep(1.0)
+        after = _ahead(service)
+        assert (after["runs"], after["stopped"]) == (before["runs"], before["stopped"])
+        assert after["enabled"] is False
+        assert shown.source == "model"
+    finally:
+        service.configure({"workAhead": True})
