@@ -153,8 +153,8 @@ def test_the_editor_is_told_when_the_model_cannot_load(tmp_path: Path) -> None:
     try:
         service.configure({"modelPath": str(tmp_path / "missing.gguf")})
         service.start_model()
-        _until(lambda: client.status_changes >= 1)
-        assert service.status()["model_state"] != "ready"
+        _until(lambda: service.status()["model_state"] == "error")
+        assert client.status_changes >= 1
         assert service.status()["backend"] is None
         assert client.matching("missing.gguf")
     finally:

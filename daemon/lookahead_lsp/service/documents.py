@@ -44,6 +44,9 @@ class OpenDocuments:
     def all(self) -> list[Document]:
         return list(self._documents.values())
 
+    def uris(self) -> list[str]:
+        return list(self._documents)
+
     def record(self, uri: str, document: Document) -> Document | None:
         """The document's new text, now the most recently edited; returns the one before."""
         before = self._documents.pop(uri, None)

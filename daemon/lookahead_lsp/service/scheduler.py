@@ -65,10 +65,13 @@ class CompletionWorker(Generic[T]):
         self._thread = threading.Thread(target=self._loop, name="lookahead-model", daemon=True)
         self._thread.start()
 
-    def submit(self, key: str, run: Callable[[CancelToken], T], debounce: bool = True) -> Future[T | None]:
-        """Queues run(cancel) for the document `key`; debounce=False (an explicit request)
-        starts it as soon as the worker is free."""
-        delay = self.debounce_s if debounce else 0.0
+    def submit(
+        self, key: str, run: Callable[[CancelToken], T], debounce: bool = True, debounce_s: float | None = None
+    ) -> Future[T | None]:
+        """Queues run(cancel) for the document `key`, to start after debounce_s (by default the
+        worker's debounce_s); debounce=False (an explicit request) starts it as soon as the
+        worker is free."""
+        delay = (self.debounce_s if debounce_s is None else debounce_s) if debounce else 0.0
         return self._enqueue(_Job(key, run, CancelToken(), Future(), time.monotonic() + delay))
 
     def submit_chore(self, run: Callable[[CancelToken], T]) -> Future[T | None]:

@@ -6,6 +6,7 @@ translates LSP messages into calls of this class and its answers back."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lookahead_lsp import __version__
+from lookahead_lsp.service.model_host import LoadedModel, ModelHost, ModelKey
 from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache, answer_key
 from lookahead_lsp.service.documents import Document, OpenDocuments, recent_chunks
 from lookahead_lsp.engine import (
@@ -28,7 +30,6 @@ from lookahead_lsp.engine import (
     PromptWindows,
 )
 from lookahead_lsp.base.errors import UserError
-from lookahead_lsp.models.resolve import resolve_model_path
 from lookahead_lsp.service.status import workspace_status
 from lookahead_lsp.service.settings import Settings, apply_update
 from lookahead_lsp.service.unopened import read_unopened
@@ -36,6 +37,8 @@ from lookahead_lsp.workspace.folder import FolderSettings
 from lookahead_lsp.service.folders import WorkspaceFolders
 
 _LOG = logging.getLogger(__name__)
+# Numbers the sessions of this process.
+_SESSIONS = itertools.count(1)
 # A request waits this long for a model still loading before it answers nothing.
 _MODEL_WAIT_S = 30.0
 
@@ -84,7 +87,7 @@ class AheadCounters:
 
 
 class LookaheadService:
-    def __init__(self, client: Client, cache_dir: Path | None = None) -> None:
+    def __init__(self, client: Client, cache_dir: Path | None = None, host: ModelHost[Answer] | None = None) -> None:
         self.client = client
         self.cache_dir = cache_dir
         self.settings = Settings()
@@ -93,14 +96,13 @@ class LookaheadService:
         self.last_completion: dict[str, Any] | None = None
         self.documents = OpenDocuments(client)
         self.suggestions = SuggestionCache()
-        self.worker: CompletionWorker[Answer] = CompletionWorker(self.settings.debounce_ms / 1000)
         self._lock = threading.RLock()
         self.workspace = WorkspaceFolders(client, self._lock, self.documents, self._folder_settings())
-        self._engine: Engine | None = None
-        self._engine_ready = threading.Event()
-        self._engine_error: str | None = None
-        self._model_path: Path | None = None
-        self._loader: threading.Thread | None = None
+        # The daemon's models, shared with the other sessions (editor windows) it serves.
+        self._owns_host = host is None
+        self.host: ModelHost[Answer] = host if host is not None else ModelHost(cache_dir)
+        self._session = f"{next(_SESSIONS)}:"  # sets this session's jobs apart on a shared worker
+        self._model: LoadedModel[Answer] | None = None
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -113,14 +115,13 @@ class LookaheadService:
             self.client.show(logging.WARNING, f"lookahead-lsp: {problem}")
         with self._lock:
             self.settings = update.settings
-            self.worker.debounce_s = self.settings.debounce_ms / 1000
         if update.changed:
             # A suggestion made under other settings (draft, maxTokens, multiline, the model...)
             # must not come back from the cache as if made under these.
             self.suggestions.clear()
-            self.worker.drop_idle()
-        model_keys = {"model_path", "context_size", "threads", "gpu_layers", "sampling"}
-        if self._loader is not None and update.changed & model_keys:
+            if self._model is not None:
+                self._model.worker.drop_idle()
+        if self._model is not None and self._model.key != self._model_key():
             self.start_model()
         self.workspace.configure(self._folder_settings())
 
@@ -132,38 +133,35 @@ class LookaheadService:
             cache_dir=self.cache_dir,
         )
 
-    def start_model(self) -> None:
-        """(Re)loads the model on a background thread; requests wait for it."""
-        self._engine_ready.clear()
-        self._loader = threading.Thread(target=self._load_model, name="lookahead-load", daemon=True)
-        self._loader.start()
-
-    def _load_model(self) -> None:
-        with self._lock:
-            old, self._engine = self._engine, None
-            self._engine_error = None
-        if old is not None:
-            self.worker.submit_chore(lambda _cancel: _close(old))
+    def _model_key(self) -> ModelKey:
         s = self.settings
-        try:
-            path = resolve_model_path(None, s.model_path, asker="editor")
-            engine = Engine(EngineSettings(path, s.context_size, s.threads, s.gpu_layers, self.cache_dir, s.sampling))
-            engine.prepare()  # not in the first request
-        except (UserError, OSError, ValueError) as error:
-            message = str(error)
-            with self._lock:
-                self._engine_error = message
-                self._model_path = None
-            self._engine_ready.set()
-            self.client.show(logging.ERROR, f"lookahead-lsp: no completions: {message}")
-            self.client.status_changed()
+        return ModelKey(s.model_path, s.context_size, s.threads, s.gpu_layers, s.sampling)
+
+    def start_model(self) -> None:
+        """Takes the model the settings name, from the daemon's models (shared with other
+        sessions that name the same) or loaded in the background; requests wait for it."""
+        old = self._model
+        self._model = self.host.acquire(self._model_key(), self._model_loaded)
+        if old is not None:
+            self.host.release(old, self._model_loaded)
+
+    def _model_loaded(self, model: LoadedModel[Answer]) -> None:
+        if model is not self._model:
             return
-        with self._lock:
-            self._engine, self._model_path = engine, path
-        self._engine_ready.set()
-        self.client.log(logging.INFO, f"model loaded: {path}")
-        self.client.status_changed()
-        self.workspace.use_model(path)
+        if model.error is not None:
+            self.client.show(logging.ERROR, f"lookahead-lsp: no completions: {model.error}")
+            self.client.status_changed()
+        elif model.path is not None:
+            self.client.log(logging.INFO, f"model loaded: {model.path}")
+            self.client.status_changed()
+            self.workspace.use_model(model.path)
+
+    @property
+    def worker(self) -> CompletionWorker[Answer]:
+        """The model's worker (shared by the sessions that use the model)."""
+        if self._model is None:
+            raise RuntimeError("no model started")
+        return self._model.worker
 
     def shutdown(self) -> None:
         """Saves every index, stops the threads, frees the model. Idempotent."""
@@ -172,11 +170,13 @@ class LookaheadService:
                 return
             self._closed = True
         self.workspace.close()
-        self.worker.stop()
-        with self._lock:
-            engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.close()
+        model, self._model = self._model, None
+        if model is not None:
+            for uri in self.documents.uris():
+                model.worker.cancel(self._session + uri)
+            self.host.release(model, self._model_loaded)
+        if self._owns_host:
+            self.host.close()
 
     # -- workspace folders ---------------------------------------------------------------------
 
@@ -214,7 +214,8 @@ class LookaheadService:
         with self._lock:
             self.documents.close(uri)
             self._editor_text(path, None)
-        self.worker.cancel(uri)
+        if self._model is not None:
+            self._model.worker.cancel(self._session + uri)
         self.suggestions.drop(uri)
 
     def read_unopened(self, path: Path | None) -> str | None:
@@ -245,7 +246,7 @@ class LookaheadService:
         work done ahead for it, else from the model on its worker (superseding this document's
         earlier request). invoked: the user asked explicitly (no debounce)."""
         done: Future[Answer | None] = Future()
-        if not self._completes(uri, text, language):
+        if self._model is None or not self._completes(uri, text, language):
             done.set_result(None)
             return done
         prefix, suffix = text[:offset], text[offset:]
@@ -256,13 +257,14 @@ class LookaheadService:
             done.set_result(Answer(cached.text, "cache"))
             self._work_ahead(uri, path, prefix + cached.text, suffix)
             return done
-        adopted = self.worker.adopt(answer_key(uri, prefix, suffix))
+        adopted = self.worker.adopt(answer_key(self._session + uri, prefix, suffix))
         if adopted is not None:
             self.ahead.adopted += 1
             adopted.add_done_callback(lambda f: self._after_adopted(uri, path, prefix, suffix, f))
             return adopted
         job = self._job(uri, path, prefix, suffix, ahead=False)
-        return self.worker.submit(uri, job, debounce=not invoked)
+        debounce_s = self.settings.debounce_ms / 1000
+        return self.worker.submit(self._session + uri, job, debounce=not invoked, debounce_s=debounce_s)
 
     def cursor_rests(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> None:
         """The editor's cursor stopped at `offset`: while the model is idle, the completion
@@ -278,12 +280,14 @@ class LookaheadService:
     def _work_ahead(self, uri: str, path: Path | None, prefix: str, suffix: str) -> None:
         """Queues the completion of (prefix, suffix) for when the model is idle, unless it is
         known already or the user turned this off."""
-        if not self.settings.work_ahead or not self._engine_ready.is_set() or self._engine is None:
+        model = self._model
+        if not self.settings.work_ahead or model is None or model.engine is None:
             return
         if self.suggestions.lookup(uri, prefix, suffix) is not None:
             return
         job = self._job(uri, path, prefix, suffix, ahead=True)
-        self.worker.submit_idle(uri, answer_key(uri, prefix, suffix), job)
+        key = self._session + uri
+        model.worker.submit_idle(key, answer_key(key, prefix, suffix), job)
 
     def _after_adopted(
         self, uri: str, path: Path | None, prefix: str, suffix: str, future: Future[Answer | None]
@@ -327,9 +331,10 @@ class LookaheadService:
         cancel: CancelToken,
         ahead: bool,
     ) -> Answer:
-        if not self._engine_ready.wait(_MODEL_WAIT_S):
+        model = self._model
+        if model is None or not model.ready.wait(_MODEL_WAIT_S):
             return Answer("", "model")
-        engine = self._engine
+        engine = model.engine
         if engine is None or cancel.cancelled:
             return Answer("", "model")
         try:
@@ -367,7 +372,8 @@ class LookaheadService:
     def cancel(self, future: Future[Answer | None]) -> None:
         """The editor cancelled the request `complete` returned `future` for: its model work
         stops, and no newer request for the document goes with it."""
-        self.worker.cancel_job(future)
+        if self._model is not None:
+            self._model.worker.cancel_job(future)
         self.counters.cancelled += 1
 
     def _relative(self, path: Path | None, uri: str) -> str:
@@ -383,11 +389,13 @@ class LookaheadService:
     # -- status --------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        with self._lock:
-            model = str(self._model_path) if self._model_path else None
-            error = self._engine_error
-            loading = not self._engine_ready.is_set()
-            engine = self._engine
+        loaded = self._model
+        model = str(loaded.path) if loaded is not None and loaded.path else None
+        error = loaded.error if loaded is not None else None
+        loading = loaded is None or not loaded.ready.is_set()
+        engine = loaded.engine if loaded is not None else None
+        superseded = loaded.worker.superseded if loaded is not None else 0
+        preempted = loaded.worker.idle_preempted if loaded is not None else 0
         workspace = workspace_status(*self.workspace.statuses(), error is not None)
         if loading:
             workspace["index"]["state"] = "indexing"
@@ -404,22 +412,22 @@ class LookaheadService:
             "completions": {
                 "served": self.counters.served,
                 "from_cache": self.counters.from_cache,
-                "cancelled": self.counters.cancelled + self.worker.superseded,
+                "cancelled": self.counters.cancelled + superseded,
                 "failed": self.counters.failed,
             },
             "last": self.last_completion,
-            "ahead": self._ahead_status(engine),
+            "ahead": self._ahead_status(engine, preempted),
             "draft": self.settings.draft,
         }
 
 
-    def _ahead_status(self, engine: Engine | None) -> dict[str, Any]:
+    def _ahead_status(self, engine: Engine | None, preempted: int) -> dict[str, Any]:
         a = self.ahead
         snapshots = engine.snapshots if engine is not None else None
         return {
             "enabled": self.settings.work_ahead,
             "runs": a.runs,
-            "stopped": a.stopped + self.worker.idle_preempted,
+            "stopped": a.stopped + preempted,
             "served": a.served,
             "adopted": a.adopted,
             "ms_model": round(a.ms_model, 1),
@@ -430,7 +438,3 @@ class LookaheadService:
             "kv_tokens_restored": snapshots.stats.tokens_restored if snapshots else 0,
         }
 
-
-def _close(engine: Engine) -> Answer:
-    engine.close()
-    return Answer("", "model")
