@@ -20,7 +20,10 @@ Answer = Union[types.InlineCompletionList, Sequence[types.InlineCompletionItem],
 class Daemon:
     """One `lookahead-lsp serve` and the client talking to it."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, shared: bool = False) -> None:
+        """shared: `serve` as editors start it, relayed to the user's shared daemon; else a
+        daemon of its own (--standalone), whose process `pid` is."""
+        self.shared = shared
         self.client = LanguageClient(name, "1")
         # The daemon pushes its status to the extension; a benchmark asks for it instead.
         self.client.feature("lookahead/statusChanged")(_ignore)
@@ -32,6 +35,8 @@ class Daemon:
         """Returns once the model is loaded and every folder indexed; SystemExit when the model
         cannot be loaded (a benchmark has nothing to measure then)."""
         args = ["-m", "lookahead_lsp", "serve", "--cache-dir", str(cache)]
+        if not self.shared:
+            args.append("--standalone")
         if model is not None:
             args += ["--model", str(model)]
         await self.client.start_io(sys.executable, *args)

@@ -5,6 +5,7 @@ are built as the model expects (fill-in-the-middle with a tiny GGUF written here
 
 from __future__ import annotations
 
+import dataclasses
 import sysconfig
 import threading
 from collections.abc import Iterator
@@ -151,6 +152,20 @@ def test_coming_back_to_a_file_puts_its_kv_state_back(engine: Engine) -> None:
         assert again.stats.prompt_evaluated >= again.stats.prompt_tokens - 8  # BOS and the like shared
     finally:
         engine.snapshots.budget_bytes = engine.settings.kv_snapshot_mib * 2**20
+
+
+def test_coming_back_after_editing_another_file_still_puts_the_state_back(engine: Engine) -> None:
+    """The other file's edit joins the prompt's extra context, which comes first: the prompt is
+    built with the context the saved state had, or nothing of it could serve."""
+    first_file, caches = _task(engine, *TASKS[2])
+    other_file, _ = _task(engine, *TASKS[3])
+    engine.forget_kv()
+    _run(engine, first_file, caches, "none")
+    edited_first = ContextChunk(first_file.path, first_file.prefix[-400:])
+    _run(engine, dataclasses.replace(other_file, extra_context=(edited_first,)), caches, "none")
+    edited_other = ContextChunk(other_file.path, other_file.prefix[-400:])
+    back = _run(engine, dataclasses.replace(first_file, extra_context=(edited_other,)), caches, "none")
+    assert back.stats.prompt_evaluated <= 4, "the saved state did not serve"
 
 
 def test_cancel_during_generation_leaves_the_next_request_correct(engine: Engine) -> None:

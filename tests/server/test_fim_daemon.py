@@ -28,7 +28,7 @@ from tiny_gguf import write_tiny_gguf
 
 # A cache folder of these tests' own: the cost model of the tiny model is measured once.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-fim-test-cache"
-SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--log-level", "info", "--cache-dir", str(CACHE)]
+SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--standalone", "--log-level", "info", "--cache-dir", str(CACHE)]
 CONFIG = ClientServerConfig(server_command=SERVER, server_env=dict(os.environ))
 CAPABILITIES = types.ClientCapabilities(
     text_document=types.TextDocumentClientCapabilities(

@@ -22,7 +22,7 @@ from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 
 # Shared with the other server tests: the cost model is measured once.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
-SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--log-level", "info", "--cache-dir", str(CACHE)]
+SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--standalone", "--log-level", "info", "--cache-dir", str(CACHE)]
 CONFIG = ClientServerConfig(server_command=SERVER, server_env=dict(os.environ))
 EDITS = 10
 # What a user notices as the editor hanging: the status request stands for any request.

@@ -23,7 +23,7 @@ def _inline(request_id: int, params: object) -> dict[str, object]:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Peer]]:
     with subprocess.Popen(
-        serve_command(tmp_path / "cache"),
+        serve_command(tmp_path / "cache", "--standalone"),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=no_model_env(tmp_path),
     ) as process:
         try:

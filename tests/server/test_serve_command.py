@@ -104,7 +104,7 @@ def test_garbage_on_stdin_then_shutdown_by_closed_stdin(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     # --stdio (the default transport) as VS Code's language client adds it.
     with subprocess.Popen(
-        _command(cache, "--stdio"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        _command(cache, "--stdio", "--standalone"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     ) as process:
         assert process.stdin is not None and process.stdout is not None
         # Not JSON, JSON that is not JSON-RPC, an unknown method: each logged or answered with an
@@ -134,7 +134,7 @@ def test_sigterm_saves_and_a_restart_reuses_the_index(tmp_path: Path) -> None:
         log_path = tmp_path / f"server-{round_}.log"
         # Info on stderr (over stdio it holds warnings only unless asked for more).
         with log_path.open("wb") as log_file, subprocess.Popen(
-            _command(cache, "--log-level", "info"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file
+            _command(cache, "--standalone", "--log-level", "info"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file
         ) as process:
             assert process.stdin is not None and process.stdout is not None
             process.stdin.write(_frame(_initialize(root)))

@@ -23,7 +23,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
 # Shared by every server the tests start: the cost model is measured once.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
-SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--log-level", "info", "--cache-dir", str(CACHE)]
+SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--standalone", "--log-level", "info", "--cache-dir", str(CACHE)]
 CONFIG = ClientServerConfig(server_command=SERVER, server_env=dict(os.environ))
 # pygls leaves send_request_async and client.feature unannotated, pytest-lsp its fixture
 # decorator: the lines that use them carry a targeted type: ignore.

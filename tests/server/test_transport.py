@@ -1,7 +1,8 @@
 """`lookahead-lsp serve --tcp` and `--socket` as an attacker finds them, over real sockets: a
-client without the token, a second client while one is served, a port scan, an HTTP request,
-garbage, a token that is not text, silent connections held open and (as root) another user's
-connection are each refused, and the daemon goes on serving the next client."""
+client without the token, a client beyond MAX_SESSIONS, a port scan, an HTTP request, garbage,
+a token that is not text, silent connections held open and (as root) another user's connection
+are each refused, and the daemon goes on serving the next client; clients at once are each
+served in a session of their own."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import pytest
 from lsp_peer import Peer, frame, initialize, no_model_env, request, serve_command, wait_for_line
 
 from lookahead_lsp.lsp.tcp_peers import Connection, tcp_owners
-from lookahead_lsp.lsp.transport import HANDSHAKE_TIMEOUT_S, MAX_WAITING
+from lookahead_lsp.lsp.transport import HANDSHAKE_TIMEOUT_S, MAX_SESSIONS, MAX_WAITING
 
 
 @dataclass
@@ -160,18 +161,35 @@ def test_a_client_without_the_token_is_refused(daemon: Daemon, first: dict[str, 
         assert "'token'" not in str(said)
 
 
-def test_one_client_at_a_time(daemon: Daemon) -> None:
+def test_clients_at_once_each_in_a_session_of_its_own(daemon: Daemon) -> None:
     first, peer = daemon.client()
     with first:
-        with daemon.connect() as second:
-            intruder = Peer.over_socket(second)
+        second, other = daemon.client()
+        with second:
+            # The same request id on both connections: each answer comes to its own client.
+            peer.send(request(7, "lookahead/status"))
+            other.send(request(7, "lookahead/status"))
+            assert "index" in _status(peer, 7) and "index" in _status(other, 7)
+            other.send(request(8, "shutdown"))
+            assert other.response(8)["result"] is None
+        # The second one's shutdown ended its session only.
+        peer.send(request(9, "lookahead/status"))
+        assert "index" in _status(peer, 9)
+    assert daemon.refusals() == 0
+    daemon.assert_serving()
+
+
+def test_beyond_max_sessions_a_client_is_refused(daemon: Daemon) -> None:
+    clients = [daemon.client() for _ in range(MAX_SESSIONS)]
+    try:
+        with daemon.connect() as extra:
+            intruder = Peer.over_socket(extra)
             intruder.send(initialize(1, {"token": daemon.token}))
             assert intruder.closed_without_answer()
-        # The first client's answers still come to it, and only to it.
-        peer.send(request(7, "lookahead/status"))
-        assert "index" in _status(peer, 7)
-    assert daemon.refusals() == 1
-    # The first client gone, the next one is served by the same daemon.
+        assert daemon.refusals() == 1
+    finally:
+        for sock, _ in clients:
+            sock.close()
     daemon.assert_serving()
 
 

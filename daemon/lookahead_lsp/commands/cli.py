@@ -165,7 +165,10 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--json", action="store_true", help="print one JSON object: completion and stats")
     comp.set_defaults(run=_complete)
 
-    srv = commands.add_parser("serve", help="run the language server (stdio unless --socket or --tcp)")
+    srv = commands.add_parser(
+        "serve",
+        help="run the language server (stdio, relayed to your shared daemon, unless --socket or --tcp)",
+    )
     transport = srv.add_mutually_exclusive_group()
     # Some clients (vscode-languageclient among them) add --stdio to the server's command line.
     transport.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (the default)")
@@ -174,13 +177,13 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         const="",
         metavar="PATH",
-        help="listen on a Unix socket (mode 0600, one client at a time) in a folder only you can "
+        help="listen on a Unix socket (mode 0600, a session per client) in a folder only you can "
         "write; default lookahead-lsp.sock in $XDG_RUNTIME_DIR/lookahead-lsp (else ~/.cache/lookahead-lsp/run)",
     )
     transport.add_argument(
         "--tcp",
         metavar="HOST:PORT",
-        help="listen on TCP (host 127.0.0.1 if omitted, one client at a time); a client presents "
+        help="listen on TCP (host 127.0.0.1 if omitted, a session per client); a client presents "
         "the token of --token-file as initializationOptions.token",
     )
     srv.add_argument(
@@ -191,6 +194,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     srv.add_argument(
         "--allow-remote", action="store_true", help="allow --tcp on a host other than the loopback"
+    )
+    srv.add_argument(
+        "--standalone",
+        action="store_true",
+        help="over stdio: serve in this process, with a model of its own, instead of relaying to "
+        "your shared daemon (started when none runs; one model for all your editors)",
+    )
+    srv.add_argument(
+        "--idle-exit",
+        type=float,
+        metavar="SECONDS",
+        help="with --socket or --tcp: leave once no client has been connected for this long",
     )
     srv.add_argument(
         "--log-level",

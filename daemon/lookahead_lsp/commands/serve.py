@@ -1,4 +1,5 @@
-"""`lookahead-lsp serve`: the language server on stdio, a Unix socket or TCP, logging to stderr."""
+"""`lookahead-lsp serve`: the language server on stdio (relayed to the user's shared daemon,
+lsp/relay.py, unless --standalone), a Unix socket or TCP, logging to stderr."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.lsp.transport import Listener, listen_tcp, listen_unix
+from lookahead_lsp.models.resolve import MODEL_ENV_VAR
 
 
 def parse_listen_address(value: str, allow_remote: bool) -> tuple[str, int]:
@@ -60,9 +62,17 @@ def serve(args: argparse.Namespace) -> int:
     if listener is not None:
         # Whatever the log level: a client needs the address, and the token's file.
         print(f"lookahead-lsp: {listener.describe()}", file=sys.stderr, flush=True)
-    from lookahead_lsp.lsp.server import serve as run_server
+    cache_dir = Path(args.cache_dir) if args.cache_dir else None
+    code: int | None = None
+    if listener is None and not args.standalone:
+        from lookahead_lsp.lsp.relay import relay
 
-    code = run_server(listener, Path(args.cache_dir) if args.cache_dir else None)
+        default_model = os.environ.get(MODEL_ENV_VAR, "")
+        code = relay(sys.stdin.buffer, sys.stdout.buffer, cache_dir, default_model, args.log_level)
+    if code is None:
+        from lookahead_lsp.lsp.server import serve as run_server
+
+        code = run_server(listener, cache_dir, args.idle_exit)
     # Everything is saved by now. stdin is read on a thread of its own, blocked until the editor
     # closes it, and the interpreter would wait for it at exit: leave without waiting.
     logging.shutdown()
@@ -80,6 +90,10 @@ def _listener(args: argparse.Namespace) -> Listener | None:
         raise UserError("--token-file goes with --tcp")
     if args.allow_remote and not args.tcp:
         raise UserError("--allow-remote goes with --tcp")
+    if args.idle_exit is not None and args.socket is None and not args.tcp:
+        raise UserError("--idle-exit goes with --socket or --tcp")
+    if args.standalone and (args.socket is not None or args.tcp):
+        raise UserError("--standalone goes with stdio")
     if args.socket is not None:
         return listen_unix(Path(args.socket) if args.socket else None)
     if args.tcp:

@@ -6,6 +6,7 @@ learns is saved per model in the cache folder (calibration.py) and loaded by the
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -17,10 +18,10 @@ from lookahead_lsp.engine import calibration, cost_model
 from lookahead_lsp.engine.completion import CompletionRun, RunInputs
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
-from lookahead_lsp.engine.kv_snapshots import KvSnapshots
+from lookahead_lsp.engine.kv_snapshots import MIN_GAIN_TOKENS, KvSnapshots
 from lookahead_lsp.engine.options import CancelToken, DecodeOptions, DraftCaches, EngineSettings, step_room
 from lookahead_lsp.engine.policy import AutoPolicy
-from lookahead_lsp.engine.prompt import CompletionRequest, FimTokens, Prompt, PromptBuilder
+from lookahead_lsp.engine.prompt import CompletionRequest, ContextChunk, FimTokens, Prompt, PromptBuilder
 from lookahead_lsp.engine.results import Completion
 from lookahead_lsp.engine.runtime import ModelRuntime, RuntimeSettings
 from lookahead_lsp.engine.threads import ThreadChooser
@@ -50,8 +51,10 @@ class Engine:
         # "previous" draft source.
         self.previous: tuple[str, str] | None = None
         self.snapshots = KvSnapshots(settings.kv_snapshot_mib * 2**20)
-        # The document the KV cache's prompt belongs to (its state is saved under that name).
+        # The document the KV cache's prompt belongs to (its state is saved under that name),
+        # and the extra context that prompt was built with.
         self._kv_owner: str | None = None
+        self._kv_context: tuple[ContextChunk, ...] = ()
         self.threads = ThreadChooser(settings.n_threads, self.runtime.settings.threads)
         self._cache_dir = settings.cache_dir or default_cache_dir()
         self._model_identity = calibration.model_identity(settings.model_path)
@@ -158,14 +161,14 @@ class Engine:
             policy = self.auto_policy()
             policy.begin()
         start = time.perf_counter()
-        prompt = self.build_prompt(request, options)
+        request, prompt = self._prompt_that_reuses(request, options)
         heal_ids = None
         if prompt.healed_token is not None:
             healed = self.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
             heal_ids = self.token_prefixes().starting_with(healed)
         rest = self.previous_continuation(request.prefix)
-        self.snapshots.prepare(self.runtime, prompt.tokens, self._kv_owner)
-        self._kv_owner = request.path or None
+        self.snapshots.prepare(self.runtime, prompt.tokens, self._kv_owner, self._kv_context)
+        self._kv_owner, self._kv_context = request.path or None, request.extra_context
         threads = self.threads.choose()
         self.runtime.set_threads(threads)
         inputs = RunInputs(self.runtime, self.tokenizer, prompt, heal_ids, rest, policy)
@@ -175,6 +178,23 @@ class Engine:
         self.previous = (request.prefix, run.generated_text())
         self._save_now_and_then()
         return result
+
+    def _prompt_that_reuses(
+        self, request: CompletionRequest, options: DecodeOptions
+    ) -> tuple[CompletionRequest, Prompt]:
+        """The request's prompt; or, coming back to a file whose KV state was saved, the prompt
+        with the extra context that state was built with, when that spares evaluating it
+        (kv_snapshots.py)."""
+        prompt = self.build_prompt(request, options)
+        kept = self.snapshots.context_of(request.path) if request.path else None
+        if kept is None or kept == request.extra_context:
+            return request, prompt
+        again = dataclasses.replace(request, extra_context=kept)
+        other = self.build_prompt(again, options)
+        reach = self.snapshots.reach
+        if reach(self.runtime, other.tokens) >= reach(self.runtime, prompt.tokens) + MIN_GAIN_TOKENS:
+            return again, other
+        return request, prompt
 
     def build_prompt(self, request: CompletionRequest, options: DecodeOptions) -> Prompt:
         """The prompt complete() evaluates for this request (healed where it ends mid-word)."""

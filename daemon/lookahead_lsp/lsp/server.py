@@ -35,8 +35,9 @@ from lookahead_lsp.lsp.items import (
     menu_client,
 )
 from lookahead_lsp.lsp.rpc import CURSOR_NOTIFICATION, LookaheadProtocol
+from lookahead_lsp.service.model_host import ModelHost
 from lookahead_lsp.service.service import Answer, LookaheadService
-from lookahead_lsp.lsp.transport import Listener, serve_socket, serve_stdio
+from lookahead_lsp.lsp.transport import Listener, Session, serve_socket, serve_stdio
 
 STATUS_REQUEST = "lookahead/status"
 STATUS_CHANGED_NOTIFICATION = "lookahead/statusChanged"
@@ -141,7 +142,7 @@ class LookaheadServer(LanguageServer):
     # Every message goes through LookaheadProtocol.receive: every request gets an answer.
     protocol: LookaheadProtocol
 
-    def __init__(self, cache_dir: Path | None = None) -> None:
+    def __init__(self, cache_dir: Path | None = None, host: ModelHost[Answer] | None = None) -> None:
         super().__init__(
             "lookahead-lsp",
             __version__,
@@ -149,7 +150,7 @@ class LookaheadServer(LanguageServer):
             protocol_cls=LookaheadProtocol,
         )
         self.status_notifier = _StatusNotifier(self)
-        self.service = LookaheadService(_EditorChannel(self), cache_dir)
+        self.service = LookaheadService(_EditorChannel(self), cache_dir, host)
         self.supports_progress = False
         # What the editor's completion menu inserts correctly, known from initialize.
         self.menu_client = MenuClient()
@@ -280,8 +281,8 @@ def rebuild_index(ls: LookaheadServer, params: Any) -> None:
     ls.status_notifier.changed()
 
 
-def build_server(cache_dir: Path | None = None) -> LookaheadServer:
-    server = LookaheadServer(cache_dir)
+def build_server(cache_dir: Path | None = None, host: ModelHost[Answer] | None = None) -> LookaheadServer:
+    server = LookaheadServer(cache_dir, host)
     handlers: list[tuple[str, Callable[..., Any], Any]] = [
         (types.INITIALIZE, initialize, None),
         (types.INITIALIZED, initialized, None),
@@ -332,25 +333,42 @@ async def _answer(
     return answer
 
 
-def serve(listener: Listener | None, cache_dir: Path | None = None) -> int:
+def serve(listener: Listener | None, cache_dir: Path | None = None, idle_exit_s: float | None = None) -> int:
     """Runs the server on stdio until exit or a closed stdin, or on listener (a socket) until
-    SIGINT or SIGTERM; saves the indexes on the way out. The exit code LSP asks for."""
-    server = build_server(cache_dir)
+    SIGINT or SIGTERM (or idle_exit_s without a client), a session per client, the models
+    shared; saves the indexes on the way out. The exit code LSP asks for."""
+    host: ModelHost[Answer] = ModelHost(cache_dir)
+    servers: set[LookaheadServer] = set()
+
+    def shut_down() -> None:
+        for server in list(servers):
+            server.service.shutdown()
+        host.close()
 
     def on_sigterm(signum: int, frame: object) -> None:
         # The stdin reader thread stays blocked after a SIGTERM and nothing could join it: save,
         # then leave at once.
-        server.service.shutdown()
+        shut_down()
         if listener is not None:
             listener.close()
         logging.shutdown()
         os._exit(0)
 
+    def new_session() -> Session:
+        server = build_server(cache_dir, host)
+        servers.add(server)
+
+        def close() -> None:
+            server.service.shutdown()
+            servers.discard(server)
+
+        return Session(server.protocol, close)
+
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         if listener is None:
-            return serve_stdio(server.protocol, sys.stdin.buffer, sys.stdout.buffer)
-        serve_socket(server.protocol, listener)
+            return serve_stdio(new_session().protocol, sys.stdin.buffer, sys.stdout.buffer)
+        serve_socket(new_session, listener, idle_exit_s)
         return 0
     finally:
-        server.service.shutdown()
+        shut_down()

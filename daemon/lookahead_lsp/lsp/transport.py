@@ -1,13 +1,15 @@
 """Where the daemon meets its clients: stdio (the editor started it), a Unix socket, or TCP.
 
-Over a socket the daemon outlives its clients and serves one at a time:
+Over a socket the daemon outlives its clients and serves up to MAX_SESSIONS at once, each in a
+session of its own (its documents, folders and settings; the model is shared where the
+settings agree, see service/model_host.py), which ends with its connection:
 - a Unix socket is created with mode 0600 in a folder no other user can write, and only
   processes of the same user are served (their uid checked where the system says it);
 - over TCP any local process can connect, so a client presents a token first: the first
   message must be an `initialize` request whose initializationOptions.token is the content of
   the token file (created at random, readable by the user only). The token is removed from the
   options before the server sees them.
-A connection is refused (closed, one log line) when another client is connected, when its
+A connection is refused (closed, one log line) when MAX_SESSIONS clients are connected, when its
 peer runs as another user (a Unix socket's peer credentials; on Linux the owner of a local TCP
 peer's socket, looked up before a byte is read), when its first message is not a framed
 initialize request (an HTTP request, garbage, a port scan) or comes later than
@@ -30,6 +32,7 @@ import socket
 import stat
 import struct
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -49,6 +52,8 @@ HANDSHAKE_TIMEOUT_S = 10.0
 HANDSHAKE_MAX_BYTES = 1024 * 1024
 # Connections still to send their initialize; a new one drops the oldest of them.
 MAX_WAITING = 8
+# Clients served at once (each holds its open documents and its folders' indexes).
+MAX_SESSIONS = 16
 # The key of initializationOptions that carries the token.
 TOKEN_OPTION = "token"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32,256}")
@@ -71,9 +76,9 @@ class Listener:
     def describe(self) -> str:
         """One line for stderr: where to connect and how."""
         if self.token_path is None:
-            return f"listening on {self.address} (one client at a time)"
+            return f"listening on {self.address}"
         return (
-            f"listening on {self.address} (one client at a time); the first message must be "
+            f"listening on {self.address}; the first message must be "
             f"initialize with initializationOptions.{TOKEN_OPTION} = the content of {self.token_path}"
         )
 
@@ -212,12 +217,19 @@ async def _serve_stdio(protocol: LookaheadProtocol, stdin: int, stdout: BinaryIO
         protocol.receive(frame)
 
 
-def serve_socket(protocol: LookaheadProtocol, listener: Listener) -> None:
-    """Serves one client at a time on listener until SIGINT (SIGTERM is the caller's)."""
-    protocol.keeps_serving = True
-    protocol.end_session()  # no client yet
+@dataclass(frozen=True)
+class Session:
+    """One client's language server: its protocol, and what ends it (saves, frees its share)."""
+
+    protocol: LookaheadProtocol
+    close: Callable[[], None]
+
+
+def serve_socket(new_session: Callable[[], Session], listener: Listener, idle_exit_s: float | None = None) -> None:
+    """Serves clients on listener, each in a session of its own, until SIGINT (SIGTERM is the
+    caller's) or, with idle_exit_s, until no client has been connected for that long."""
     try:
-        asyncio.run(_Gate(protocol, listener).serve())
+        asyncio.run(_Gate(new_session, listener, idle_exit_s).serve())
     except KeyboardInterrupt:
         pass
     finally:
@@ -238,12 +250,15 @@ class _Connection:
 
 
 class _Gate:
-    """Lets in one authenticated client at a time."""
+    """Lets in authenticated clients, at most MAX_SESSIONS at once."""
 
-    def __init__(self, protocol: LookaheadProtocol, listener: Listener) -> None:
-        self._protocol = protocol
+    def __init__(self, new_session: Callable[[], Session], listener: Listener, idle_exit_s: float | None) -> None:
+        self._new_session = new_session
         self._listener = listener
-        self._client: asyncio.StreamWriter | None = None
+        self._sessions = 0
+        self._idle_exit_s = idle_exit_s
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._done = asyncio.Event()
         self._waiting: list[_Connection] = []  # reading their first message, oldest first
         self._owners = PeerOwners.of(listener.sock) if listener.unix_path is None else None
 
@@ -252,8 +267,23 @@ class _Gate:
             server = await asyncio.start_unix_server(self._connected, sock=self._listener.sock)
         else:
             server = await asyncio.start_server(self._connected, sock=self._listener.sock)
+        self._idle()
         async with server:
-            await server.serve_forever()
+            await self._done.wait()
+
+    def _idle(self) -> None:
+        """No client is connected: the daemon leaves if none comes within idle_exit_s."""
+        if self._idle_exit_s is not None:
+            loop = asyncio.get_running_loop()
+            self._idle_timer = loop.call_later(self._idle_exit_s, self._leave_if_idle)
+
+    def _leave_if_idle(self) -> None:
+        if self._sessions == 0:
+            _LOG.info("no client for %g s: leaving", self._idle_exit_s)
+            self._done.set()
+
+    def _full(self) -> bool:
+        return self._sessions >= MAX_SESSIONS
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = _Connection(writer, _peer_name(writer))
@@ -288,13 +318,11 @@ class _Gate:
     async def _handshake(self, frames: FrameReader, connection: _Connection) -> Frame | None:
         """The client's initialize request (_Refused if it is not let in); None when the
         connection ends first."""
-        if self._client is not None:
-            raise _Refused("another client is connected (one at a time)")
+        if self._full():
+            raise _Refused(f"{MAX_SESSIONS} clients are connected already")
         other_user = await self._other_user(connection.writer)
         if other_user is not None:
             raise _Refused(other_user)
-        if self._client is not None:  # one got in during the lookup
-            raise _Refused("another client is connected (one at a time)")
         frame = await self._first_frame(frames, connection)
         if frame is None:
             return None
@@ -304,8 +332,8 @@ class _Gate:
         token = self._listener.token
         if token is not None and not token_matches(message, token):
             raise _Refused("missing or wrong token")
-        if self._client is not None:  # another one got in while this one was sending
-            raise _Refused("another client is connected (one at a time)")
+        if self._full():  # others got in while this one was sending
+            raise _Refused(f"{MAX_SESSIONS} clients are connected already")
         return Frame(_without_token(message))
 
     async def _first_frame(self, frames: FrameReader, connection: _Connection) -> Frame | None:
@@ -351,17 +379,27 @@ class _Gate:
     async def _session(
         self, frames: FrameReader, writer: asyncio.StreamWriter, first: Frame, peer: str
     ) -> None:
-        self._client = writer
-        _LOG.info("%s connected", peer)
-        self._protocol.begin_session(writer, writer.close)
+        self._sessions += 1
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        _LOG.info("%s connected (%d clients)", peer, self._sessions)
+        session = self._new_session()
+        protocol = session.protocol
+        protocol.keeps_serving = True
+        protocol.begin_session(writer, writer.close)
         try:
-            self._protocol.receive(first)
+            protocol.receive(first)
             while (frame := await frames.next()) is not None:
-                self._protocol.receive(frame)
+                protocol.receive(frame)
         finally:
-            self._protocol.end_session()
-            self._client = None
-            _LOG.info("%s disconnected", peer)
+            protocol.end_session()
+            # Its documents close and its indexes are saved, off the loop other clients use.
+            await asyncio.to_thread(session.close)
+            self._sessions -= 1
+            _LOG.info("%s disconnected (%d clients)", peer, self._sessions)
+            if self._sessions == 0:
+                self._idle()
 
 
 def _log_refusal(peer: str, error: Exception) -> None:

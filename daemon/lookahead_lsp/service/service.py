@@ -417,6 +417,9 @@ class LookaheadService:
             },
             "last": self.last_completion,
             "ahead": self._ahead_status(engine, preempted),
+            # Sessions (editor windows) of this daemon that share this one's model, and the
+            # models the daemon holds.
+            "shared": {"sessions": loaded.sessions if loaded is not None else 0, "models": self.host.loaded()},
             "draft": self.settings.draft,
         }
 

@@ -1,0 +1,338 @@
+"""What a user feels: a simulated typing session, lookahead-lsp against llama-server driven the
+way llama.vscode drives it, side by side in one run.
+
+The session (the same for both, drawn with --seed): held-out files per language (Python from the
+running interpreter, JavaScript from the extension's node_modules, C from linux-source; as
+bench/decode_bench.py draws them), visited one after another (each visit a jump to another
+file), the first file visited again at the end (a jump back). In each visit the document is the
+file cut at a drawn cursor; the user rests there --rest-s seconds (the extension reports the
+resting cursor after 250 ms), asks for a suggestion (time to the first suggestion), then types
+the file's real next characters with human timing (a gap of 90-220 ms a key, a pause of
+0.6-1.5 s now and then). Each suggestion is read for --read-ms; when the real text continues
+with it the user accepts it whole, else with its first word when that matches (the way Tab and
+Ctrl+Right accept), else types on. Every key and every accept is a request; its latency is the
+time from the edit to the answer, answers from caches and from work done ahead included and
+counted apart.
+
+The llama.vscode emulation (read from llama.vscode's and llama.vim's sources): a cache of answers
+keyed by the text before the cursor, looked up for the text minus the last few typed
+characters when they begin a cached answer; after each shown suggestion, a speculative request
+for the text as if it were accepted, not awaited, whose answer goes into the cache (llama-server
+with one slot runs it before any later request); requests to /completion with cache_prompt on
+(the default model has no FIM tokens, so /infill is not an option) over the 256 lines before the
+cursor, n_predict --max-tokens, stopped at the line's end. llama-server runs as the issue's
+baseline: `-t 2 -c 4096 --cache-reuse 256 -np 1`, from the llama.cpp that llama-cpp-python
+vendors (--llama-server PATH).
+
+    .venv/bin/python bench/session_bench.py --llama-server PATH [--languages python,javascript]
+        [--files 4] [--keys 24] [--load none|busy-core] [--work-ahead on|off] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from decode_bench import LANGUAGES, Task, corpus_root, pick_tasks
+from lsp_client import Daemon, end_of, items_of, plain, write_report
+
+from lookahead_lsp.models.resolve import resolve_model_path
+
+PORT = 8391
+PROMPT_LINES = 256  # llama.vscode's n_prefix
+
+
+@dataclass
+class Latency:
+    kind: str  # "first" (after a rest), "key", "accept"
+    ms: float
+    source: str  # "model", "cache" (the typed-prefix cache or an answer computed ahead)
+    language: str
+
+
+@dataclass
+class Session:
+    latencies: list[Latency] = field(default_factory=list)
+    accepts: dict[str, int] = field(default_factory=lambda: {"whole": 0, "word": 0})
+
+
+class Editor(Protocol):
+    """One completion system as the simulated user sees it."""
+
+    async def visit(self, uri: str, language: str, text: str) -> None: ...
+    async def rest(self, uri: str, text: str) -> None: ...
+    async def edit(self, uri: str, text: str, inserted: str) -> None: ...
+    async def suggest(self, uri: str, text: str) -> tuple[str, str]:
+        """The suggestion at the end of text, and where it came from."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class LookaheadEditor:
+    """The VS Code extension's side: didOpen, incremental didChange, lookahead/cursor after a rest."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.versions: dict[str, int] = {}
+
+    async def visit(self, uri: str, language: str, text: str) -> None:
+        if uri not in self.versions:
+            self.daemon.open(uri, language, text)
+            self.versions[uri] = 1
+
+    async def rest(self, uri: str, text: str) -> None:
+        position = end_of(text)
+        self.daemon.client.protocol.notify(
+            "lookahead/cursor",
+            {"textDocument": {"uri": uri}, "position": {"line": position.line, "character": position.character}},
+        )
+
+    async def edit(self, uri: str, text: str, inserted: str) -> None:
+        self.versions[uri] += 1
+        self.daemon.insert(uri, self.versions[uri], end_of(text), inserted)
+
+    async def suggest(self, uri: str, text: str) -> tuple[str, str]:
+        cached = (await self.daemon.status()).completions.from_cache
+        answer, _ = await self.daemon.complete(uri, end_of(text))
+        items = items_of(answer)
+        status = await self.daemon.status()
+        source = "cache" if status.completions.from_cache != cached else "model"
+        if not items:
+            return "", source
+        # The item replaces the line's start up to the cursor: the suggestion is what follows.
+        line_start = text[text.rfind("\n") + 1 :]
+        shown = str(items[0].insert_text)
+        return (shown[len(line_start) :] if shown.startswith(line_start) else shown), source
+
+    async def close(self) -> None:
+        await self.daemon.stop()
+
+
+class LlamaVscodeEditor:
+    """llama-server, asked as llama.vscode asks it (see the module docstring)."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.cache: dict[str, str] = {}
+        self.server = asyncio.Lock()  # one slot: requests run one at a time
+        self.pending: set[asyncio.Task[None]] = set()
+
+    async def visit(self, uri: str, language: str, text: str) -> None:
+        pass
+
+    async def rest(self, uri: str, text: str) -> None:
+        pass
+
+    async def edit(self, uri: str, text: str, inserted: str) -> None:
+        pass
+
+    def _cached(self, text: str) -> str | None:
+        for back in range(0, min(len(text), 64) + 1):
+            hit = self.cache.get(text[: len(text) - back])
+            typed = text[len(text) - back :]
+            if hit is not None and hit.startswith(typed) and len(hit) > len(typed):
+                return hit[len(typed) :]
+        return None
+
+    async def _ask(self, text: str) -> str:
+        prompt = "".join(text.splitlines(keepends=True)[-PROMPT_LINES:])
+        body = {"prompt": prompt, "n_predict": self.max_tokens, "cache_prompt": True, "stop": ["\n"], "top_k": 1, "samplers": ["top_k"]}
+        async with self.server:
+            reply = await asyncio.to_thread(_post, "/completion", body)
+        content = str(reply.get("content", ""))
+        self.cache[text] = content
+        return content
+
+    async def suggest(self, uri: str, text: str) -> tuple[str, str]:
+        hit = self._cached(text)
+        if hit is not None:
+            shown, source = hit, "cache"
+        else:
+            shown, source = await self._ask(text), "model"
+        if shown:
+            spec = asyncio.ensure_future(self._speculate(text + shown))
+            self.pending.add(spec)
+            spec.add_done_callback(self.pending.discard)
+        return shown, source
+
+    async def _speculate(self, text: str) -> None:
+        if self._cached(text) is None:
+            await self._ask(text)
+
+    async def close(self) -> None:
+        for task in list(self.pending):
+            await task
+
+
+def _post(path: str, body: dict[str, object]) -> dict[str, object]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{PORT}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=600) as response:
+        reply: dict[str, object] = json.loads(response.read())
+        return reply
+
+
+def start_llama_server(binary: Path, model: Path) -> subprocess.Popen[bytes]:
+    server = subprocess.Popen(
+        [str(binary), "-m", str(model), "-t", "2", "-c", "4096", "--cache-reuse", "256", "-np", "1", "--port", str(PORT)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=2) as response:
+                if response.status == 200:
+                    return server
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    raise SystemExit("llama-server did not come up")
+
+
+async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: float, read_ms: float, seed: int) -> Session:
+    """The simulated user (module docstring) over the visits, in order."""
+    rng = random.Random(seed)
+    session = Session()
+    texts: dict[str, str] = {}
+    for task in visits:
+        uri = f"file:///session/{task.language}/{task.path.parent.name}/{task.path.name}"
+        text = texts.get(uri, task.text[: task.cursor])
+        done = len(text) - task.cursor  # characters typed in an earlier visit
+        await editor.visit(uri, task.language, text)
+        await asyncio.sleep(0.25)
+        await editor.rest(uri, text)
+        await asyncio.sleep(max(0.0, rest_s - 0.25))
+        start = time.perf_counter()
+        shown, source = await editor.suggest(uri, text)
+        session.latencies.append(Latency("first", (time.perf_counter() - start) * 1000, source, task.language))
+        real = task.text[task.cursor + done :]
+        typed = 0
+        while typed < keys and real:
+            await asyncio.sleep(read_ms / 1000 if shown else rng.uniform(0.09, 0.22))
+            word = _first_word(shown)
+            if shown and real.startswith(shown):
+                inserted, kind = shown, "whole"
+            elif word and len(word) >= 2 and real.startswith(word):
+                inserted, kind = word, "word"
+            else:
+                inserted, kind = real[0], ""
+                if rng.random() < 0.08:
+                    await asyncio.sleep(rng.uniform(0.6, 1.5))
+            if kind:
+                session.accepts[kind] += 1
+            await editor.edit(uri, text, inserted)
+            text += inserted
+            real = real[len(inserted) :]
+            typed += len(inserted)
+            start = time.perf_counter()
+            shown, source = await editor.suggest(uri, text)
+            session.latencies.append(Latency("accept" if kind else "key", (time.perf_counter() - start) * 1000, source, task.language))
+        texts[uri] = text
+    return session
+
+
+def _first_word(text: str) -> str:
+    """What Ctrl+Right accepts: leading whitespace and the word (or run of symbols) after it."""
+    i = len(text) - len(text.lstrip())
+    j = i
+    while j < len(text) and (text[j].isalnum() or text[j] == "_"):
+        j += 1
+    if j == i:
+        while j < len(text) and not text[j].isspace() and not text[j].isalnum():
+            j += 1
+    return text[:j]
+
+
+def _stats(values: list[float]) -> dict[str, float | int]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    return {
+        "n": len(values),
+        "p50_ms": round(statistics.median(values), 1),
+        "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
+    }
+
+
+def report(session: Session, languages: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {"accepts": session.accepts}
+    for scope in ["all", *languages]:
+        picked = [x for x in session.latencies if scope in ("all", x.language)]
+        per_kind: dict[str, object] = {kind: _stats([x.ms for x in picked if x.kind == kind]) for kind in ("first", "key", "accept")}
+        per_kind["every_request"] = _stats([x.ms for x in picked if x.kind != "first"])
+        per_kind["from_cache"] = sum(x.source == "cache" for x in picked)
+        out[scope] = per_kind
+    return out
+
+
+async def run(args: argparse.Namespace, visits: list[Task], work: Path) -> dict[str, object]:
+    model = resolve_model_path(None, str(args.model) if args.model else None, asker="cli")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.load == "busy-core" else None
+    results: dict[str, object] = {}
+    try:
+        daemon = Daemon("session-bench", shared=True)
+        settings = {"debounceMs": 0, "maxTokens": args.max_tokens, "multiline": "never", "modelPath": str(model)}
+        settings["workAhead"] = args.work_ahead == "on"
+        await daemon.start([], work / "cache", settings)
+        editor = LookaheadEditor(daemon)
+        session = await type_session(editor, visits, args.keys, args.rest_s, args.read_ms, args.seed)
+        status = plain(await daemon.status())
+        await editor.close()
+        results["lookahead-lsp"] = {**report(session, args.languages), "ahead": status["ahead"]}
+        if args.llama_server:
+            server = start_llama_server(args.llama_server, model)
+            try:
+                upstream = LlamaVscodeEditor(args.max_tokens)
+                session = await type_session(upstream, visits, args.keys, args.rest_s, args.read_ms, args.seed)
+                await upstream.close()
+                results["llama.vscode emulation"] = report(session, args.languages)
+            finally:
+                server.terminate()
+                server.wait()
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--languages", type=lambda s: s.split(","), default=["python", "javascript"])
+    parser.add_argument("--files", type=int, default=4, help="files visited per language")
+    parser.add_argument("--keys", type=int, default=24, help="characters typed per visit")
+    parser.add_argument("--rest-s", type=float, default=3.0, help="the rest before the first request of a visit")
+    parser.add_argument("--read-ms", type=float, default=400.0, help="time to read a shown suggestion")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--load", choices=("none", "busy-core"), default="none")
+    parser.add_argument("--work-ahead", choices=("on", "off"), default="on", help="lookahead-lsp's workAhead setting")
+    parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--llama-server", type=Path)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    per_language = {name: pick_tasks(LANGUAGES[name], corpus_root(name), args.files, args.seed) for name in args.languages}
+    visits = [task for i in range(args.files) for tasks in per_language.values() for task in tasks[i : i + 1]]
+    visits.append(visits[0])  # a jump back to the first file
+    with tempfile.TemporaryDirectory(prefix="session-bench-") as work:
+        results = asyncio.run(run(args, visits, Path(work)))
+    write_report({"arguments": {k: str(v) for k, v in vars(args).items()}, "visits": len(visits), **results}, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
