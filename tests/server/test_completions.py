@@ -303,3 +303,14 @@ def test_closing_a_document_stops_its_idle_work() -> None:
         assert running.result(timeout=5) is None
     finally:
         worker.stop()
+
+
+def test_delayed_idle_work_waits_its_delay() -> None:
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        later = worker.submit_idle("doc", "a", _answer("later"), delay_s=0.4)
+        threading.Event().wait(0.15)
+        assert not later.done()
+        assert later.result(timeout=5) == "later"
+    finally:
+        worker.stop()

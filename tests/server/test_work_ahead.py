@@ -141,3 +141,29 @@ def test_work_ahead_off_leaves_the_model_idle(service: LookaheadService) -> None
         assert shown.source == "model"
     finally:
         service.configure({"workAhead": True})
+
+
+def test_without_cursor_reports_the_end_of_the_last_edit_is_computed_once_edits_pause() -> None:
+    """A fresh session (as Neovim's or Emacs's, which send no lookahead/cursor)."""
+    service = LookaheadService(RecordingClient(), CACHE)
+    service.configure({"maxTokens": 12, "debounceMs": 0, "draft": "none", "timeBudgetMs": None})
+    service.start_model()
+    try:
+        _until(lambda: service.status()["model_state"] == "ready")
+        uri, text, offset = _spot(*SPOTS[2])
+        service.open_document(uri, None, text)
+        service.edited(uri, None, text, offset, "python")
+        assert _ahead(service)["runs"] == 0, "idle work started before the edits paused"
+        _until(lambda: _ahead(service)["runs"] == 1)
+        shown = _complete(service, uri, text, offset)
+        assert shown.source == "cache"
+        if shown.text:  # what follows the shown suggestion is decoded ahead in turn
+            _until(lambda: _ahead(service)["runs"] == 2)
+        # Once the editor reports its cursor, edits no longer stand for it.
+        service.cursor_rests(uri, None, text, offset, "python")  # known already: nothing to do
+        runs = _ahead(service)["runs"]
+        service.edited(uri, None, text, offset + 1, "python")
+        time.sleep(1.5)
+        assert _ahead(service)["runs"] == runs
+    finally:
+        service.shutdown()

@@ -229,10 +229,16 @@ def did_open(ls: LookaheadServer, params: types.DidOpenTextDocumentParams) -> No
 def did_change(ls: LookaheadServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
     line = 0
+    last: types.TextDocumentContentChangePartial | None = None
     for change in params.content_changes:
         if isinstance(change, types.TextDocumentContentChangePartial):
             line = change.range.end.line
-    ls.service.change_document(uri, uri_to_path(uri), ls.workspace.get_text_document(uri).source, line)
+            last = change
+    document = ls.workspace.get_text_document(uri)
+    ls.service.change_document(uri, uri_to_path(uri), document.source, line)
+    if last is not None:
+        offset = cursor_offset(document, last.range.start) + len(last.text)
+        ls.service.edited(uri, uri_to_path(uri), document.source, offset, document.language_id or "")
 
 
 def did_close(ls: LookaheadServer, params: types.DidCloseTextDocumentParams) -> None:

@@ -80,9 +80,12 @@ class CompletionWorker(Generic[T]):
         waits for no debounce."""
         return self._enqueue(_Job(None, run, CancelToken(), Future(), time.monotonic()))
 
-    def submit_idle(self, key: str, answer: Hashable, run: Callable[[CancelToken], T]) -> Future[T | None]:
-        """Queues run(cancel), the computation of `answer`, for when no other job waits."""
-        job = _Job(key, run, CancelToken(), Future(), time.monotonic(), idle_for=answer)
+    def submit_idle(
+        self, key: str, answer: Hashable, run: Callable[[CancelToken], T], delay_s: float = 0.0
+    ) -> Future[T | None]:
+        """Queues run(cancel), the computation of `answer`, for when no other job waits, not
+        before delay_s from now."""
+        job = _Job(key, run, CancelToken(), Future(), time.monotonic() + delay_s, idle_for=answer)
         with self._lock:
             for same in (self._running, self._idle):
                 if same is not None and same.idle_for == answer and not same.cancel.cancelled:
@@ -220,9 +223,12 @@ class CompletionWorker(Generic[T]):
                         return job
                     self._lock.wait(wait)
                 elif self._idle is not None:
-                    job, self._idle = self._idle, None
-                    self._running = job
-                    return job
+                    wait = self._idle.not_before - time.monotonic()
+                    if wait <= 0:
+                        job, self._idle = self._idle, None
+                        self._running = job
+                        return job
+                    self._lock.wait(wait)
                 else:
                     self._lock.wait()
 

@@ -39,6 +39,9 @@ from lookahead_lsp.service.folders import WorkspaceFolders
 _LOG = logging.getLogger(__name__)
 # Numbers the sessions of this process.
 _SESSIONS = itertools.count(1)
+# Edits pause this long before the end of the last one is taken for where the cursor rests: a
+# keystroke's own request comes sooner, and idle work must not start just before it.
+_EDIT_PAUSE_S = 0.5
 # A request waits this long for a model still loading before it answers nothing.
 _MODEL_WAIT_S = 30.0
 
@@ -103,6 +106,9 @@ class LookaheadService:
         self.host: ModelHost[Answer] = host if host is not None else ModelHost(cache_dir)
         self._session = f"{next(_SESSIONS)}:"  # sets this session's jobs apart on a shared worker
         self._model: LoadedModel[Answer] | None = None
+        # Whether the editor says where its cursor rests (lookahead/cursor): else the end of the
+        # last edit stands for it.
+        self._cursor_reported = False
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -269,15 +275,23 @@ class LookaheadService:
     def cursor_rests(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> None:
         """The editor's cursor stopped at `offset`: while the model is idle, the completion
         there is computed (its prompt evaluated first), so that typing there starts warm."""
+        self._cursor_reported = True
         if not self._completes(uri, text, language):
             return
         self._work_ahead(uri, path, text[:offset], text[offset:])
+
+    def edited(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> None:
+        """The user's last edit ended at `offset`. For an editor that does not say where its
+        cursor rests (no lookahead/cursor so far), the end of the last edit stands for it: once
+        the edits pause, the completion there is computed while the model is idle."""
+        if not self._cursor_reported and self._completes(uri, text, language):
+            self._work_ahead(uri, path, text[:offset], text[offset:], _EDIT_PAUSE_S)
 
     def _completes(self, uri: str, text: str, language: str) -> bool:
         too_large = self.documents.too_large(uri, text, self.settings.max_document_kb)
         return language not in self.settings.disabled_languages and not too_large
 
-    def _work_ahead(self, uri: str, path: Path | None, prefix: str, suffix: str) -> None:
+    def _work_ahead(self, uri: str, path: Path | None, prefix: str, suffix: str, delay_s: float = 0.0) -> None:
         """Queues the completion of (prefix, suffix) for when the model is idle, unless it is
         known already or the user turned this off."""
         model = self._model
@@ -287,7 +301,7 @@ class LookaheadService:
             return
         job = self._job(uri, path, prefix, suffix, ahead=True)
         key = self._session + uri
-        model.worker.submit_idle(key, answer_key(key, prefix, suffix), job)
+        model.worker.submit_idle(key, answer_key(key, prefix, suffix), job, delay_s)
 
     def _after_adopted(
         self, uri: str, path: Path | None, prefix: str, suffix: str, future: Future[Answer | None]
