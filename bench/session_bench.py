@@ -24,8 +24,15 @@ cursor, n_predict --max-tokens, stopped at the line's end. llama-server runs as 
 baseline: `-t 2 -c 4096 --cache-reuse 256 -np 1`, from the llama.cpp that llama-cpp-python
 vendors (--llama-server PATH).
 
+lookahead-lsp is started as editors start it (`serve` over stdio, relayed to the user's shared
+daemon), with `debounceMs` 0, `multiline` never and `maxTokens` --max-tokens; --idle-windows
+other windows connect to the same daemon first, each with a file open, and stay idle (the
+figures should not move); --load busy-core keeps one core busy with a spinning process for the
+whole run, both systems; --work-ahead off measures what the idle-time work saves.
+
     .venv/bin/python bench/session_bench.py --llama-server PATH [--languages python,javascript]
-        [--files 4] [--keys 24] [--load none|busy-core] [--work-ahead on|off] [--json FILE]
+        [--files 4] [--keys 24] [--load none|busy-core] [--work-ahead on|off] [--idle-windows N]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -283,16 +290,26 @@ async def run(args: argparse.Namespace, visits: list[Task], work: Path) -> dict[
     model = resolve_model_path(None, str(args.model) if args.model else None, asker="cli")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.load == "busy-core" else None
     results: dict[str, object] = {}
+    others: list[Daemon] = []
     try:
+        settings: dict[str, object] = {"debounceMs": 0, "maxTokens": args.max_tokens, "multiline": "never"}
+        settings |= {"modelPath": str(model), "workAhead": args.work_ahead == "on"}
+        # Other editor windows of the same user, open on a file of their own and idle.
+        for n in range(args.idle_windows):
+            other = Daemon(f"session-bench-idle-{n}", shared=True)
+            await other.start([], work / "cache", settings)
+            task = visits[-1 - n]
+            other.open(f"file:///idle/{n}/{task.path.name}", task.language, task.text)
+            others.append(other)
         daemon = Daemon("session-bench", shared=True)
-        settings = {"debounceMs": 0, "maxTokens": args.max_tokens, "multiline": "never", "modelPath": str(model)}
-        settings["workAhead"] = args.work_ahead == "on"
         await daemon.start([], work / "cache", settings)
         editor = LookaheadEditor(daemon)
         session = await type_session(editor, visits, args.keys, args.rest_s, args.read_ms, args.seed)
         status = plain(await daemon.status())
         await editor.close()
-        results["lookahead-lsp"] = {**report(session, args.languages), "ahead": status["ahead"]}
+        results["lookahead-lsp"] = {**report(session, args.languages), "ahead": status["ahead"], "shared": status["shared"]}
+        for other in others:
+            await other.stop()
         if args.llama_server:
             server = start_llama_server(args.llama_server, model)
             try:
@@ -320,6 +337,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--load", choices=("none", "busy-core"), default="none")
     parser.add_argument("--work-ahead", choices=("on", "off"), default="on", help="lookahead-lsp's workAhead setting")
+    parser.add_argument("--idle-windows", type=int, default=0, help="other editor windows on the daemon, idle")
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--model", type=Path)
     parser.add_argument("--llama-server", type=Path)

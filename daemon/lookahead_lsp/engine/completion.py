@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from lookahead_lsp.engine.runtime import ModelRuntime
     from lookahead_lsp.base.tokenizer import Tokenizer
 
-# Prompt tokens per llama_decode call: the granularity of cancelling a cold prompt.
-PREFILL_CHUNK = 128
 # A prompt tail this short that the KV cache lacks is evaluated in the first step's pass rather
 # than in a pass of its own: the next keystroke then costs one pass less.
 _MAX_PROMPT_TAIL = 8
@@ -105,7 +103,7 @@ class CompletionRun:
             self.prompt_tail = known[cached:]
             known = known[:cached]
         try:
-            evaluated = runtime.prefill(known, PREFILL_CHUNK, self.cancelled)
+            evaluated = runtime.prefill(known, self.options.prefill_chunk, self.cancelled)
             self.stats.prompt_evaluated = evaluated + len(self.prompt_tail)
         except Cancelled:
             self.stats.ms_prompt = self._elapsed_ms()

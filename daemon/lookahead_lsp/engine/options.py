@@ -41,6 +41,7 @@ _MODES = {
     )
 }
 DRAFT_MODES = tuple(_MODES)
+PREFILL_CHUNK = 128
 # auto: the window shapes it may run, widest first (planning.auto_window picks one).
 AUTO_WINDOW_SHAPES = (LookaheadShape(8, 4, 8), LookaheadShape(4, 4, 4), LookaheadShape(2, 3, 2))
 
@@ -72,6 +73,9 @@ class DecodeOptions:
     heal: bool = True  # token healing at the end of a partly typed word (healing.py)
     # auto: whose record the guard keeps (a document, a language); default: the file extension.
     speculation_key: str | None = None
+    # Prompt tokens per llama_decode call: the granularity of cancelling a cold prompt. Work
+    # done ahead of requests takes smaller ones, so that a request interrupts it sooner.
+    prefill_chunk: int = PREFILL_CHUNK
 
     def __post_init__(self) -> None:
         if self.draft not in _MODES:

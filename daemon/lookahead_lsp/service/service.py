@@ -6,6 +6,7 @@ translates LSP messages into calls of this class and its answers back."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
@@ -42,6 +43,9 @@ _SESSIONS = itertools.count(1)
 # Edits pause this long before the end of the last one is taken for where the cursor rests: a
 # keystroke's own request comes sooner, and idle work must not start just before it.
 _EDIT_PAUSE_S = 0.5
+# Prompt tokens per model pass of work done ahead: a request that arrives meanwhile waits for
+# one such pass at most (a few tens of milliseconds on a CPU), not for a request's 128.
+_AHEAD_PREFILL_CHUNK = 32
 # A request waits this long for a model still loading before it answers nothing.
 _MODEL_WAIT_S = 30.0
 
@@ -327,6 +331,8 @@ class LookaheadService:
             time_budget_ms=settings.time_budget_ms,
             windows=PromptWindows(settings.prefix_tokens, settings.suffix_tokens, settings.extra_context_tokens),
         )
+        if ahead:
+            options = dataclasses.replace(options, prefill_chunk=_AHEAD_PREFILL_CHUNK)
 
         def run(cancel: CancelToken) -> Answer:
             request = CompletionRequest(
