@@ -44,8 +44,8 @@ _SESSIONS = itertools.count(1)
 # keystroke's own request comes sooner, and idle work must not start just before it.
 _EDIT_PAUSE_S = 0.5
 # Prompt tokens per model pass of work done ahead: a request that arrives meanwhile waits for
-# one such pass at most (a few tens of milliseconds on a CPU), not for a request's 128.
-_AHEAD_PREFILL_CHUNK = 32
+# one such pass at most, half of a request's 128 (smaller passes cost more per token on a CPU).
+_AHEAD_PREFILL_CHUNK = 64
 # A request waits this long for a model still loading before it answers nothing.
 _MODEL_WAIT_S = 30.0
 
