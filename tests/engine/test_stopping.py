@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead_lsp.engine.stopping import Stopper
+from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
 
 
 @dataclass(frozen=True)
@@ -246,3 +246,22 @@ def test_cut_is_stable_as_the_text_grows(prefix: str, suffix: str, text: str,
         else:
             assert cut == first
     assert first == whole
+
+
+def test_a_continuation_decoded_ahead_is_cut_as_the_request_would_be() -> None:
+    """What the model decoded past a suggestion, without stop rules, answers a later request
+    with what that request's own completion would show, or says it cannot tell."""
+    # At the end of a line of code: the completion is that line's rest, never the next line.
+    line = Stopper("x = compute(", "", True, "never")
+    assert shown_from_continuation(line, "a, b)\ny = 2\n", ended=False, same_budget=False) == "a, b)"
+    # The same continuation after the user pressed Enter and the editor indented: the next line.
+    after_enter = Stopper("def f():\n    x = 1\n    ", "", True, "never")
+    assert shown_from_continuation(after_enter, "return x\n\ndef g", ended=False, same_budget=False) == "return x"
+    # A line not finished where the continuation stops: the request would go on, no answer.
+    assert shown_from_continuation(line, "a, b", ended=False, same_budget=False) is None
+    # Unless the model ended it there, or the request's own token budget would end it there too.
+    assert shown_from_continuation(line, "a, b", ended=True, same_budget=False) == "a, b"
+    assert shown_from_continuation(line, "a, b", ended=False, same_budget=True) == "a, b"
+    # A newline first, in line mode: the request's completion is empty.
+    at_end = Stopper("x = compute(a)", "", True, "never")
+    assert shown_from_continuation(at_end, "\ny = 2\n", ended=False, same_budget=False) == ""

@@ -93,8 +93,8 @@ def test_a_failing_job_fails_its_request_only() -> None:
 def test_suggestion_cache_follows_typing() -> None:
     cache = SuggestionCache(size=2)
     cache.store("a", "x = ", ")\n", "compute(1, 2")
-    assert cache.lookup("a", "x = ", ")\n") == CacheHit("compute(1, 2", ahead=False)
-    assert cache.lookup("a", "x = comp", ")\n") == CacheHit("ute(1, 2", ahead=False)
+    assert cache.lookup("a", "x = ", ")\n") == CacheHit("compute(1, 2")
+    assert cache.lookup("a", "x = comp", ")\n") == CacheHit("ute(1, 2", typed=True)
     assert cache.lookup("a", "x = compute(1, 2", ")\n") is None  # fully typed: nothing left
     assert cache.lookup("a", "x = cop", ")\n") is None  # typed something else
     assert cache.lookup("a", "x = comp", "]\n") is None  # the text after the cursor changed
@@ -117,7 +117,7 @@ def test_suggestion_cache_of_a_huge_document_stays_small() -> None:
     assert 0 < cache.retained_chars() <= bound < len(document) // 10
     # Typing the start of the last suggestion is still answered from the cache.
     at = len(document) - 1
-    assert cache.lookup(uri, document[:at] + "sugg", document[at:]) == CacheHit("estion_59(x)", ahead=False)
+    assert cache.lookup(uri, document[:at] + "sugg", document[at:]) == CacheHit("estion_59(x)", typed=True)
     # The same tail after another beginning is another text: no answer.
     changed = "other = 0\n" + document[10:at]
     assert len(changed) == at and changed[-PREFIX_TAIL_CHARS:] == document[:at][-PREFIX_TAIL_CHARS:]
@@ -130,7 +130,7 @@ def test_closing_a_document_drops_its_suggestions() -> None:
     cache.store("b", "x = ", "", "compute()")
     cache.drop("a")
     assert cache.lookup("a", "x = c", "") is None
-    assert cache.lookup("b", "x = c", "") == CacheHit("ompute()", ahead=False)
+    assert cache.lookup("b", "x = c", "") == CacheHit("ompute()", typed=True)
     cache.drop("b")
     assert cache.retained_chars() == 0
 
@@ -314,3 +314,13 @@ def test_delayed_idle_work_waits_its_delay() -> None:
         assert later.result(timeout=5) == "later"
     finally:
         worker.stop()
+
+
+def test_a_continuation_answers_until_it_is_typed_in_full() -> None:
+    cache = SuggestionCache()
+    cache.store("a", "x = 1", "", "\n    y = 2", continuation=True, ended=True)
+    assert cache.lookup("a", "x = 1", "") == CacheHit("\n    y = 2", continuation=True, ended=True)
+    assert cache.lookup("a", "x = 1\n    ", "") == CacheHit("y = 2", continuation=True, ended=True, typed=True)
+    # All of it typed: what comes next is the model's end, still an answer to cut.
+    assert cache.lookup("a", "x = 1\n    y = 2", "") == CacheHit("", continuation=True, ended=True, typed=True)
+    assert cache.lookup("a", "x = 1\n    y = 2;", "") is None

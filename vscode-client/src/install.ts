@@ -152,17 +152,26 @@ export function pythonUnusable(program: string, probe: PythonProbe | undefined, 
   return undefined;
 }
 
-/** Cuts a stream's chunks into lines for `emit`; `end()` hands over an unfinished last line. */
-export function lineSplitter(emit: (line: string) => void): { push(chunk: string): void; end(): void } {
+/** Cuts a stream's chunks into lines for `emit`; `end()` hands over an unfinished last line.
+ * redrawn: the line ended in a lone `\r`, as a progress bar's do when it draws itself again
+ * (worth showing as it comes, not worth keeping in a log). */
+export function lineSplitter(emit: (line: string, redrawn: boolean) => void): { push(chunk: string): void; end(): void } {
   let carry = '';
   return {
     push(chunk: string) {
-      const parts = (carry + chunk).split(/\r\n|\n|\r/);
+      // With the separators kept: [line, separator, line, separator, ..., rest].
+      const parts = (carry + chunk).split(/(\r\n|\n|\r)/);
       carry = parts.pop() ?? '';
-      for (const part of parts) emit(part);
+      // A `\r` that ends the chunk may be the first half of a `\r\n` the next chunk completes.
+      if (carry === '' && parts.at(-1) === '\r') {
+        parts.pop();
+        carry = `${parts.pop() ?? ''}\r`;
+      }
+      for (let i = 0; i + 1 < parts.length; i += 2) emit(parts[i], parts[i + 1] === '\r');
     },
     end() {
-      if (carry !== '') emit(carry);
+      if (carry.endsWith('\r')) emit(carry.slice(0, -1), true);
+      else if (carry !== '') emit(carry, false);
       carry = '';
     },
   };

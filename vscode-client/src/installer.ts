@@ -26,12 +26,20 @@ const TAIL_CHARS = 16_384;
 /** Leftovers of an install that was killed with the editor: no install takes a day. */
 const STALE_MS = 24 * 3600 * 1000;
 
+/** Where a line of output came from (lineSplitter says whether it is a progress bar's redraw). */
+export interface LineSource {
+  stderr: boolean;
+  redrawn: boolean;
+}
+
 export interface RunOptions {
   /** The folder it runs in (the extension's: launch.ts's workingFolder, which holds nothing). */
   cwd: string;
   env?: NodeJS.ProcessEnv;
   /** Every line of stdout and stderr as it comes. */
-  output?: (line: string) => void;
+  output?: (line: string, from: LineSource) => void;
+  /** How much of stdout is kept for RunResult.stdout (TAIL_CHARS unless given). */
+  stdoutChars?: number;
   signal?: AbortSignal;
   timeoutMs?: number;
 }
@@ -59,11 +67,11 @@ export function runProcess(line: CommandLine, o: RunOptions): Promise<RunResult>
     const timer = o.timeoutMs === undefined ? undefined : setTimeout(() => child.kill(), o.timeoutMs);
     if (o.signal?.aborted) kill();
     o.signal?.addEventListener('abort', kill);
-    const emit = (line: string) => o.output?.(line);
-    const streams = { stdout: lineSplitter(emit), stderr: lineSplitter(emit) };
+    const emit = (stderr: boolean) => (line: string, redrawn: boolean) => o.output?.(line, { stderr, redrawn });
+    const streams = { stdout: lineSplitter(emit(false)), stderr: lineSplitter(emit(true)) };
     const take = (chunk: Buffer, isStdout: boolean) => {
       const text = chunk.toString();
-      if (isStdout && stdout.length < TAIL_CHARS) stdout += text;
+      if (isStdout && stdout.length < (o.stdoutChars ?? TAIL_CHARS)) stdout += text;
       tail = (tail + text).slice(-TAIL_CHARS);
       streams[isStdout ? 'stdout' : 'stderr'].push(text);
     };

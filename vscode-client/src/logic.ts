@@ -147,14 +147,39 @@ export function resolveBuildCacheCommand(
   folder: string,
   server: ConfiguredCommand = resolveServerCommand(s),
 ): ConfiguredCommand & { output: string } {
-  const serveAt = server.args.indexOf('serve');
-  const base = serveAt >= 0 ? server.args.slice(0, serveAt) : [];
   const output = path.join(cacheFolder(folder), 'static.cache');
-  const args = [...base, 'build-cache', folder, '-o', output];
+  const args = ['build-cache', folder, '-o', output];
   if (s.modelPath !== '') {
     args.push('--model', s.modelPath);
   }
-  return { command: server.command, args, origin: server.origin, output };
+  return { ...daemonSubcommand(server, args), output };
+}
+
+/** `models list --json` of the program the server runs (as resolveBuildCacheCommand builds its
+ * line): the catalogue parseModelList reads. */
+export function resolveModelsListCommand(
+  s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath'>,
+  server: ConfiguredCommand = resolveServerCommand(s),
+): ConfiguredCommand {
+  return daemonSubcommand(server, ['models', 'list', '--json']);
+}
+
+/** `models pull NAME` of the program the server runs. name: a catalogue name as parseModelList
+ * returns it (a plain name, never one that argparse would read as an option). */
+export function resolveModelsPullCommand(
+  s: Pick<LookaheadSettings, 'serverCommand' | 'pythonPath'>,
+  name: string,
+  server: ConfiguredCommand = resolveServerCommand(s),
+): ConfiguredCommand {
+  return daemonSubcommand(server, ['models', 'pull', name]);
+}
+
+/** Another subcommand of the server's program: its command line up to the `serve` argument, so
+ * that `python -I -m lookahead_lsp` or a wrapper's own arguments stay, then `args`. */
+function daemonSubcommand(server: ConfiguredCommand, args: readonly string[]): ConfiguredCommand {
+  const serveAt = server.args.indexOf('serve');
+  const base = serveAt >= 0 ? server.args.slice(0, serveAt) : [];
+  return { command: server.command, args: [...base, ...args], origin: server.origin };
 }
 
 /** A command line as a user would type it into a shell (for messages and the log). */
@@ -539,7 +564,7 @@ function formatLast(last: LastCompletion): string {
 /** Text and tooltip of the status bar item. */
 export function formatStatusBar(v: StatusView): { text: string; tooltip: string } {
   const s = v.status;
-  const click = 'Click for the server status.';
+  const click = 'Click for the Lookahead menu.';
   if (v.server === 'failed') {
     return { text: '$(error) Lookahead', tooltip: `The lookahead-lsp server is not running (see the log). ${click}` };
   }
@@ -584,4 +609,222 @@ export function formatStatusBar(v: StatusView): { text: string; tooltip: string 
     };
   }
   return { text: '$(check) Lookahead', tooltip: `Lookahead is ready. ${click}` };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models
+
+/** A model of the daemon's catalogue, as `models list --json` describes it
+ * (daemon/lookahead_lsp/commands/models.py). Only the name is required: the rest is shown. */
+export interface ModelEntry {
+  name: string;
+  /** The file's approximate size (the Hub says the exact one when it is pulled). */
+  approxGb?: number;
+  /** Has fill-in-the-middle tokens: completions also see the code after the cursor. */
+  fim?: boolean;
+  licence?: string;
+  /** fast, medium or slow on a CPU (from the size). */
+  speed?: string;
+  note?: string;
+  /** How the model is there: 'pulled' (by `models pull`), 'package' (the default model's Python
+   * package); undefined when it is not, and a pull downloads it. */
+  installed?: string;
+}
+
+export type ModelList = { ok: true; entries: ModelEntry[] } | { ok: false; error: string };
+
+const LIST_COMMAND = '`lookahead-lsp models list --json`';
+
+/** A catalogue name that can go on a command line and into modelPath as it is: isModelName's
+ * bare name, and nothing argparse would read as an option. */
+const CATALOGUE_NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
+
+function oneLine(text: string, max = 80): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+}
+
+function kindOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (value === undefined) return 'nothing';
+  if (Array.isArray(value)) return 'a list';
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+}
+
+/** One entry of the list, or what is wrong with it. A display field of the wrong type is left
+ * out rather than refused: the list stays usable with a daemon that changed one. */
+function modelEntry(item: unknown): ModelEntry | string {
+  if (typeof item !== 'object' || item === null || Array.isArray(item)) return `is ${kindOf(item)}, not an object`;
+  const o = item as Record<string, unknown>;
+  const name = o.name;
+  if (typeof name !== 'string' || !CATALOGUE_NAME.test(name) || !isModelName(name)) {
+    return `has no usable name (${typeof name === 'string' ? `'${oneLine(name, 40)}'` : kindOf(name)})`;
+  }
+  // A string says how the model is there, null that it is not; without `installed`, `downloaded`
+  // (pulled or not) is all there is to go by.
+  const missing = o.installed === null || o.installed === undefined || o.installed === false || o.installed === '';
+  if (!missing && typeof o.installed !== 'string' && o.installed !== true) {
+    return `(${name}) does not say whether it is installed (installed is ${kindOf(o.installed)})`;
+  }
+  const installed = missing ? (o.downloaded === true ? 'pulled' : undefined) : o.installed === true ? 'pulled' : (o.installed as string);
+  const str = (v: unknown) => (typeof v === 'string' && v.trim() !== '' ? v.trim() : undefined);
+  return {
+    name,
+    approxGb: typeof o.approx_gb === 'number' && Number.isFinite(o.approx_gb) && o.approx_gb > 0 ? o.approx_gb : undefined,
+    fim: typeof o.fim === 'boolean' ? o.fim : undefined,
+    licence: str(o.licence),
+    speed: str(o.speed),
+    note: str(o.note),
+    installed,
+  };
+}
+
+/** The catalogue in the output of `models list --json`, or one line on what is wrong with it
+ * (an older daemon, or a serverCommand wrapper that prints something of its own first: the last
+ * line is tried when the whole output is no JSON). Never throws: the text comes from a program. */
+export function parseModelList(stdout: string): ModelList {
+  const printed = stdout.trim();
+  if (printed === '') return { ok: false, error: `${LIST_COMMAND} printed nothing` };
+  let value: unknown;
+  try {
+    value = JSON.parse(printed);
+  } catch (e) {
+    try {
+      value = JSON.parse(printed.split(/\r?\n/).at(-1) ?? '');
+    } catch {
+      return { ok: false, error: `${LIST_COMMAND} printed no JSON (${oneLine((e as Error).message, 60)}): ${oneLine(printed)}` };
+    }
+  }
+  if (!Array.isArray(value)) return { ok: false, error: `${LIST_COMMAND} printed ${kindOf(value)}, not a list of models` };
+  const entries: ModelEntry[] = [];
+  for (const [i, item] of value.entries()) {
+    const entry = modelEntry(item);
+    if (typeof entry === 'string') return { ok: false, error: `entry ${i + 1} of ${LIST_COMMAND} ${entry}` };
+    if (!entries.some((e) => e.name === entry.name)) entries.push(entry);
+  }
+  return { ok: true, entries };
+}
+
+/** As `models list` writes it: two significant digits. */
+export function formatModelSize(gb: number): string {
+  return `${Number(gb.toPrecision(2))} GB`;
+}
+
+function installedText(installed: string | undefined): string {
+  if (installed === undefined) return 'not installed';
+  if (installed === 'pulled') return 'installed';
+  return installed === 'package' ? 'installed (Python package)' : `installed (${installed})`;
+}
+
+export type ModelChoice = { kind: 'default' } | { kind: 'file' } | { kind: 'model'; entry: ModelEntry };
+
+/** An item of the model picker (a QuickPickItem with what choosing it means). */
+export interface ModelPickItem {
+  label: string;
+  description: string;
+  detail?: string;
+  /** What lookahead.modelPath names now. */
+  current: boolean;
+  choice: ModelChoice;
+}
+
+export const DEFAULT_MODEL_LABEL = 'Default model';
+export const CHOOSE_FILE_LABEL = 'Choose a .gguf file...';
+
+/** The model picker: the default model, the catalogue in its order, then a file of one's own.
+ * current: lookahead.modelPath as checkPathSettings left it; a value that is neither empty nor a
+ * listed name is a file (or a name this daemon does not list), shown on the file item. */
+export function modelPickItems(entries: readonly ModelEntry[], current: string): ModelPickItem[] {
+  const join = (parts: (string | undefined)[], isCurrent: boolean) =>
+    [...parts, isCurrent ? 'current' : undefined].filter((p): p is string => p !== undefined && p !== '').join(' · ');
+  const items: ModelPickItem[] = [
+    {
+      label: DEFAULT_MODEL_LABEL,
+      description: join(["the daemon's own (lookahead.modelPath empty)"], current === ''),
+      current: current === '',
+      choice: { kind: 'default' },
+    },
+  ];
+  for (const entry of entries) {
+    const isCurrent = entry.name === current;
+    const size = entry.approxGb === undefined ? undefined : formatModelSize(entry.approxGb);
+    const fim = entry.fim === undefined ? undefined : entry.fim ? 'FIM' : 'no FIM';
+    const detail = [entry.speed && `${entry.speed} on a CPU`, entry.licence, entry.note].filter(Boolean).join(' · ');
+    items.push({
+      label: entry.name,
+      description: join([size, fim, installedText(entry.installed)], isCurrent),
+      detail: detail === '' ? undefined : detail,
+      current: isCurrent,
+      choice: { kind: 'model', entry },
+    });
+  }
+  const ownFile = current !== '' && !entries.some((e) => e.name === current);
+  items.push({
+    label: CHOOSE_FILE_LABEL,
+    description: ownFile ? join([current], true) : 'a GGUF model file on this machine',
+    current: ownFile,
+    choice: { kind: 'file' },
+  });
+  return items;
+}
+
+/** The question before a pull: what is downloaded, how big, under which licence. */
+export function modelPullPrompt(entry: ModelEntry): string {
+  const about = [entry.approxGb === undefined ? undefined : `about ${formatModelSize(entry.approxGb)}`, entry.licence]
+    .filter(Boolean)
+    .join(', ');
+  return `Lookahead: ${entry.name} is not downloaded yet. Download it${about === '' ? '' : ` (${about})`} from the Hugging Face Hub and use it?`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status bar menu
+
+export interface MenuState {
+  /** lookahead.enable. */
+  enable: boolean;
+  /** Turned off by the toggle command (for this window). */
+  toggledOff: boolean;
+  /** lookahead.modelPath as checkPathSettings left it. */
+  modelPath: string;
+}
+
+/** An entry of the status bar menu: the command it runs. */
+export interface MenuEntry {
+  label: string;
+  /** A codicon name. */
+  icon: string;
+  command: string;
+  args?: unknown[];
+  description?: string;
+}
+
+/** What the menu says of a modelPath: a file by its name alone (the picker shows the path). */
+function modelShown(modelPath: string): string {
+  if (modelPath === '') return 'default model';
+  return isModelName(modelPath) ? modelPath : (modelPath.split(/[\\/]/).at(-1) ?? modelPath);
+}
+
+/** The status bar menu. The toggle says what choosing it does; with lookahead.enable off, the
+ * toggle would change nothing, so the entry opens that setting instead. */
+export function menuEntries(s: MenuState): MenuEntry[] {
+  const on = s.enable && !s.toggledOff;
+  const toggle: MenuEntry = on
+    ? { label: 'Disable Inline Completions', icon: 'circle-slash', command: 'lookahead.toggle', description: 'in this window' }
+    : s.enable
+      ? { label: 'Enable Inline Completions', icon: 'check', command: 'lookahead.toggle' }
+      : {
+          label: 'Enable Inline Completions',
+          icon: 'check',
+          command: 'workbench.action.openSettings',
+          args: ['lookahead.enable'],
+          description: 'lookahead.enable is off in the settings',
+        };
+  return [
+    toggle,
+    { label: 'Select Model...', icon: 'library', command: 'lookahead.selectModel', description: modelShown(s.modelPath) },
+    { label: 'Rebuild Workspace Index', icon: 'refresh', command: 'lookahead.rebuildIndex' },
+    { label: 'Show Log', icon: 'output', command: 'lookahead.showLog' },
+    { label: 'Show Server Status', icon: 'info', command: 'lookahead.showStatus' },
+    { label: 'Restart Server', icon: 'debug-restart', command: 'lookahead.restart' },
+  ];
 }

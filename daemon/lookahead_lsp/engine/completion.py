@@ -23,7 +23,7 @@ from lookahead_lsp.engine.planning import Planner, StepPlan, auto_window
 from lookahead_lsp.engine.prompt import CompletionRequest, Prompt
 from lookahead_lsp.engine.results import Completion, CompletionStats, TokenTrace
 from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, EngineError, Logits, PassOutput
-from lookahead_lsp.engine.stopping import Stopper
+from lookahead_lsp.engine.stopping import Stopper, shown_text
 from lookahead_lsp.engine.sources import SOURCES, WINDOW
 from lookahead_lsp.engine.window import LookaheadWindow
 
@@ -277,13 +277,8 @@ class CompletionRun:
         return text[len(self.healed) :] if self.healed and text.startswith(self.healed) else text
 
     def _finish(self, reason: str) -> Completion:
-        text = self.generated_text()
-        if self.stop_at is not None:
-            text = text[: self.stop_at]
-        elif reason in ("max-tokens", "time-budget") and self.options.stop_rules and "\n" in text.strip():
-            # Cut off by a budget: keep the complete lines, not half of the last one.
-            text = text[: text.rstrip().rfind("\n")]
-        text = self.stopper.finish(text)
+        cut_short = reason in ("max-tokens", "time-budget")
+        text = shown_text(self.stopper, self.generated_text(), self.stop_at, cut_short)
         self.stats.tokens = len(self.generated)
         self.stats.ms_total = self._elapsed_ms()
         return Completion(text, list(self.generated), self.stats, reason, self.trace)

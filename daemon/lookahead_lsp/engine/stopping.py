@@ -105,6 +105,10 @@ class Stopper:
         self._judged = ""
 
     @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @property
     def mid_line(self) -> bool:
         """Whether the cursor's line holds code, before or after the cursor."""
         return bool(self._before_cursor.strip() or self._rest_of_line)
@@ -233,3 +237,27 @@ def _repeats(completion: str, suffix: str) -> bool:
     if len(ahead) < len(lines):
         return False
     return lines[:-1] == ahead[:-1] and ahead[-1].startswith(lines[-1])
+
+
+def shown_text(stopper: Stopper, text: str, stop_at: int | None, cut_short: bool) -> str:
+    """What a completion shows once generation ended: `text` is everything generated, stop_at
+    where a stop rule cut it (check()), cut_short whether a token or time budget ended it (its
+    last line may be unfinished: only complete lines are kept, unless there is but one)."""
+    if stop_at is not None:
+        text = text[:stop_at]
+    elif cut_short and stopper.enabled and "\n" in text.strip():
+        text = text[: text.rstrip().rfind("\n")]
+    return stopper.finish(text)
+
+
+def shown_from_continuation(stopper: Stopper, text: str, ended: bool, same_budget: bool) -> str | None:
+    """What a completion at the stopper's cursor shows, given the model's own continuation
+    there, generated without stop rules: `text`, which the model ended (end of generation) if
+    `ended`, else a token budget did, the request's own if `same_budget`. None when the text
+    stops too soon to tell (the request's completion would go on past it)."""
+    cut = stopper.check(text)
+    if cut is not None or ended:
+        return shown_text(stopper, text, cut, cut_short=False)
+    if same_budget:
+        return shown_text(stopper, text, None, cut_short=True)
+    return None

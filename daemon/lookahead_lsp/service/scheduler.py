@@ -261,9 +261,11 @@ def _resolve(future: Future[T | None], value: T | None) -> None:
 @dataclass(frozen=True)
 class CacheHit:
     text: str
-    # The answer was computed ahead and nothing of it typed since: the user accepted what came
-    # before it (or rested there), and work done while the model was idle answers.
-    ahead: bool
+    # A continuation the model decoded ahead, without stop rules (what follows the typed part of
+    # it): the caller cuts it for the request, see stopping.shown_from_continuation.
+    continuation: bool = False
+    ended: bool = False  # that continuation ended at the model's end of generation
+    typed: bool = False  # some of it was typed since
 
 
 def answer_key(uri: str, prefix: str, suffix: str) -> tuple[str, int, bytes, str]:
@@ -279,7 +281,8 @@ class _Suggestion:
     prefix_digest: bytes  # and a digest of all of it
     suffix_key: str
     text: str
-    ahead: bool  # computed ahead of any request (scheduler's idle jobs), not for one
+    continuation: bool  # decoded ahead without stop rules, to be cut for each request
+    ended: bool  # a continuation the model ended
 
     @property
     def retained_chars(self) -> int:
@@ -297,11 +300,23 @@ class SuggestionCache:
         self._entries: OrderedDict[tuple[str, int, bytes], _Suggestion] = OrderedDict()
         self._lock = threading.Lock()
 
-    def store(self, uri: str, prefix: str, suffix: str, text: str, ahead: bool = False) -> None:
+    def store(
+        self, uri: str, prefix: str, suffix: str, text: str, continuation: bool = False, ended: bool = False
+    ) -> None:
+        """A suggestion shown at (prefix, suffix); or, continuation=True, what the model decoded
+        there without stop rules (ended: it ended it), which also answers the requests whose
+        text before the cursor has all of it typed."""
         if not text:
             return
         entry = _Suggestion(
-            uri, len(prefix), prefix[-PREFIX_TAIL_CHARS:], _digest(prefix), suffix[:_SUFFIX_KEY_CHARS], text, ahead
+            uri,
+            len(prefix),
+            prefix[-PREFIX_TAIL_CHARS:],
+            _digest(prefix),
+            suffix[:_SUFFIX_KEY_CHARS],
+            text,
+            continuation,
+            ended,
         )
         key = (uri, entry.prefix_chars, entry.prefix_digest)
         with self._lock:
@@ -318,13 +333,14 @@ class SuggestionCache:
             if len(prefix) < entry.prefix_chars:
                 continue
             typed = prefix[entry.prefix_chars :]
-            if len(typed) >= len(entry.text) or not entry.text.startswith(typed):
+            room = len(entry.text) + entry.continuation  # a continuation may be typed in full
+            if len(typed) >= room or not entry.text.startswith(typed):
                 continue
             # The cheap check first; the digest only for a candidate that passed it.
             if prefix.endswith(entry.prefix_tail, 0, entry.prefix_chars) and (
                 _digest(prefix[: entry.prefix_chars]) == entry.prefix_digest
             ):
-                return CacheHit(entry.text[len(typed) :], entry.ahead and not typed)
+                return CacheHit(entry.text[len(typed) :], entry.continuation, entry.ended, bool(typed))
         return None
 
     def drop(self, uri: str) -> None:

@@ -11,7 +11,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +31,7 @@ from lookahead_lsp.engine import (
     PromptWindows,
 )
 from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
 from lookahead_lsp.service.status import workspace_status
 from lookahead_lsp.service.settings import Settings, apply_update
 from lookahead_lsp.service.unopened import read_unopened
@@ -260,21 +261,40 @@ class LookaheadService:
             done.set_result(None)
             return done
         prefix, suffix = text[:offset], text[offset:]
-        cached = self.suggestions.lookup(uri, prefix, suffix)
+        cached = self._cached(uri, prefix, suffix)
         if cached is not None:
             self.counters.from_cache += 1
-            self.ahead.served += cached.ahead
-            done.set_result(Answer(cached.text, "cache"))
-            self._work_ahead(uri, path, prefix + cached.text, suffix)
+            done.set_result(Answer(cached, "cache"))
+            self._work_ahead(uri, path, prefix + cached, suffix)
             return done
         adopted = self.worker.adopt(answer_key(self._session + uri, prefix, suffix))
         if adopted is not None:
             self.ahead.adopted += 1
-            adopted.add_done_callback(lambda f: self._after_adopted(uri, path, prefix, suffix, f))
-            return adopted
+            adopted.add_done_callback(lambda f: self._after_adopted(uri, path, prefix, suffix, f, done))
+            return done
+        return self._submit(uri, path, prefix, suffix, invoked)
+
+    def _submit(self, uri: str, path: Path | None, prefix: str, suffix: str, invoked: bool) -> Future[Answer | None]:
         job = self._job(uri, path, prefix, suffix, ahead=False)
         debounce_s = self.settings.debounce_ms / 1000
         return self.worker.submit(self._session + uri, job, debounce=not invoked, debounce_s=debounce_s)
+
+    def _cached(self, uri: str, prefix: str, suffix: str) -> str | None:
+        """The suggestion the cache gives for the request, cut for it where it is a
+        continuation decoded ahead; None when the cache cannot tell."""
+        hit = self.suggestions.lookup(uri, prefix, suffix)
+        if hit is None:
+            return None
+        if not hit.continuation:
+            return hit.text
+        shown = self._shown(prefix, suffix, hit.text, hit.ended, same_budget=not hit.typed)
+        if shown is not None:
+            self.ahead.served += 1
+        return shown
+
+    def _shown(self, prefix: str, suffix: str, continuation: str, ended: bool, same_budget: bool) -> str | None:
+        stopper = Stopper(prefix, suffix, True, self.settings.multiline)
+        return shown_from_continuation(stopper, continuation, ended, same_budget)
 
     def cursor_rests(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> None:
         """The editor's cursor stopped at `offset`: while the model is idle, the completion
@@ -308,16 +328,31 @@ class LookaheadService:
         model.worker.submit_idle(key, answer_key(key, prefix, suffix), job, delay_s)
 
     def _after_adopted(
-        self, uri: str, path: Path | None, prefix: str, suffix: str, future: Future[Answer | None]
+        self,
+        uri: str,
+        path: Path | None,
+        prefix: str,
+        suffix: str,
+        future: Future[Answer | None],
+        done: Future[Answer | None],
     ) -> None:
-        if future.cancelled() or future.exception() is not None:
+        """The request took over work done ahead for it: the continuation is cut for it, or,
+        where that cannot tell (or the work was stopped), the model runs for it after all."""
+        answer = None if future.cancelled() or future.exception() is not None else future.result()
+        completion = answer.completion if answer is not None else None
+        shown = None
+        if completion is not None and completion.stop_reason != "cancelled":
+            ended = completion.stop_reason == "end-of-generation"
+            shown = self._shown(prefix, suffix, completion.text, ended, same_budget=completion.stop_reason == "max-tokens")
+        if shown is None:
+            _chain(self._submit(uri, path, prefix, suffix, invoked=True), done)
             return
-        answer = future.result()
-        if answer is None or answer.completion is None or answer.completion.stop_reason == "cancelled":
-            return
-        self._served(answer.completion)
-        if answer.text:
-            self._work_ahead(uri, path, prefix + answer.text, suffix)
+        assert completion is not None
+        self.counters.served += 1
+        self.last_completion = {"text": shown, "stop_reason": completion.stop_reason, **completion.stats.as_dict()}
+        _resolve(done, Answer(shown, "model", completion))
+        if shown:
+            self._work_ahead(uri, path, prefix + shown, suffix)
 
     def _job(self, uri: str, path: Path | None, prefix: str, suffix: str, ahead: bool) -> Callable[[CancelToken], Answer]:
         """The model's work for one completion, under the settings of now."""
@@ -332,7 +367,8 @@ class LookaheadService:
             windows=PromptWindows(settings.prefix_tokens, settings.suffix_tokens, settings.extra_context_tokens),
         )
         if ahead:
-            options = dataclasses.replace(options, prefill_chunk=_AHEAD_PREFILL_CHUNK)
+            # The model's own continuation, uncut: each request it answers cuts it for itself.
+            options = dataclasses.replace(options, stop_rules=False, prefill_chunk=_AHEAD_PREFILL_CHUNK)
 
         def run(cancel: CancelToken) -> Answer:
             request = CompletionRequest(
@@ -368,7 +404,8 @@ class LookaheadService:
         if result.stop_reason == "cancelled":
             self.counters.cancelled += not ahead
             return Answer("", "model", result)
-        self.suggestions.store(uri, request.prefix, request.suffix, result.text, ahead)
+        ended = result.stop_reason == "end-of-generation"
+        self.suggestions.store(uri, request.prefix, request.suffix, result.text, ahead, ended)
         if not ahead:
             self._served(result)
             if result.text:
@@ -461,3 +498,27 @@ class LookaheadService:
             "kv_tokens_restored": snapshots.stats.tokens_restored if snapshots else 0,
         }
 
+
+def _chain(source: Future[Answer | None], target: Future[Answer | None]) -> None:
+    """target gets source's outcome when it comes (target may have been cancelled meanwhile)."""
+
+    def copy(f: Future[Answer | None]) -> None:
+        if f.cancelled():
+            _resolve(target, None)
+        elif (error := f.exception()) is not None:
+            if not target.done():
+                try:
+                    target.set_exception(error)
+                except InvalidStateError:
+                    pass
+        else:
+            _resolve(target, f.result())
+
+    source.add_done_callback(copy)
+
+
+def _resolve(future: Future[Answer | None], value: Answer | None) -> None:
+    try:
+        future.set_result(value)
+    except InvalidStateError:
+        pass

@@ -136,6 +136,36 @@ describe('finding a Python', () => {
     assert.deepEqual(lines, ['Collecting numpy', 'Installing collected', '', 'lookahead-lsp 0.1.0 loads']);
   });
 
+  it('tells a progress bar\'s redrawn lines (ending in \\r) from finished ones, \\r\\n split between chunks too', () => {
+    const lines: [string, boolean][] = [];
+    const split = lineSplitter((l, redrawn) => lines.push([l, redrawn]));
+    for (const chunk of ['model.gguf:  10%\r', 'model.gguf:  55%\rmodel.gguf: 100%', '\n', 'checking\r', '\ndone\r\n', 'tail\r']) split.push(chunk);
+    split.end();
+    assert.deepEqual(lines, [
+      ['model.gguf:  10%', true],
+      ['model.gguf:  55%', true],
+      ['model.gguf: 100%', false],
+      ['checking', false],
+      ['done', false],
+      ['tail', true],
+    ]);
+  });
+
+  it('says which stream a line came from, and keeps as much of stdout as asked', { skip: !posix && 'POSIX shell' }, async () => {
+    const lines: string[] = [];
+    const script = "printf '[1,2,3]\\n'; printf '50%%\\r100%%\\n' >&2; echo 'lookahead-lsp: no such model' >&2; exit 2";
+    const run = await runProcess(
+      { command: '/bin/sh', args: ['-c', script] },
+      { cwd: os.tmpdir(), output: (line, from) => lines.push(`${from.stderr ? 'err' : 'out'}${from.redrawn ? '~' : ''} ${line}`) },
+    );
+    assert.equal(run.code, 2);
+    assert.deepEqual(lines.filter((l) => l.startsWith('out')), ['out [1,2,3]']);
+    assert.deepEqual(lines.filter((l) => l.startsWith('err')), ['err~ 50%', 'err 100%', 'err lookahead-lsp: no such model']);
+    const zeros = { command: '/bin/sh', args: ['-c', 'head -c 200000 /dev/zero | tr "\\0" x'] };
+    assert.equal((await runProcess(zeros, { cwd: os.tmpdir(), stdoutChars: 1 << 20 })).stdout.length, 200000);
+    assert.ok((await runProcess(zeros, { cwd: os.tmpdir() })).stdout.length < 200000, 'cut by default');
+  });
+
   it('shows the last line of pip as the reason an install failed', () => {
     assert.equal(lastLine('Collecting x\nERROR: No matching distribution found for x\n\n'), 'ERROR: No matching distribution found for x');
     assert.equal(lastLine(''), '');

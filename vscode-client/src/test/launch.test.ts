@@ -5,6 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { PYTHON_PROBE_ARGS, VERIFY_DAEMON_ARGS, pipInstallCommand, venvCommand, verifyCommand } from '../install';
+import { runProcess } from '../installer';
 import { Launch, ensureWorkingFolder, formatLaunch, launchFor, workingFolder } from '../launch';
 import {
   ConfiguredCommand,
@@ -13,7 +14,10 @@ import {
   ProgramSearch,
   formatCommandLine,
   locateProgram,
+  modelPickItems,
+  parseModelList,
   resolveBuildCacheCommand,
+  resolveModelsListCommand,
   resolveServerCommand,
 } from '../logic';
 
@@ -230,4 +234,26 @@ describe('a daemon started as the extension starts it', { skip: (!posix && 'POSI
       }
     });
   }
+});
+
+describe("the daemon's model catalogue, listed as the model picker lists it", { skip: (!posix && 'POSIX paths') || (TEST_PYTHON === undefined && 'LOOKAHEAD_TEST_PYTHON is not set (make test-vscode sets it)') }, () => {
+  it('`models list --json` of the installed daemon parses into picker items', async () => {
+    const python = testPython();
+    const root = scratch();
+    try {
+      const configured = resolveModelsListCommand(settings(), resolveServerCommand(settings(), python));
+      const cwd = workingFolder(path.join(root, 'storage'));
+      assert.equal(ensureWorkingFolder(cwd), undefined);
+      const launch = launchFor(configured, configured.origin, cwd, process.env);
+      const run = await runProcess(launch, { cwd: launch.cwd, env: launch.env, timeoutMs: 60_000, stdoutChars: 1 << 20 });
+      assert.equal(run.code, 0, `${formatLaunch(launch)}:\n${run.tail}`);
+      const list = parseModelList(run.stdout);
+      assert.ok(list.ok, list.ok ? '' : list.error);
+      assert.ok(list.entries.some((e) => e.name === 'gemma-3-270m'), 'the default model is listed');
+      for (const e of list.entries) assert.ok(e.approxGb !== undefined && e.fim !== undefined && e.licence && e.speed, e.name);
+      assert.equal(modelPickItems(list.entries, '').length, list.entries.length + 2);
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
 });

@@ -1,0 +1,85 @@
+"""Decoding speed on a busy machine: the thread count the engine chooses from the load (the
+default, `threads` unset) against every fixed count, side by side in one run.
+
+One spinning process per --busy keeps that many cores taken for the whole run (as a compile in
+a terminal would). For each thread setting an engine is loaded with it (the default model
+unless --model) and completes the same held-out Python prefixes (as bench/decode_bench.py draws
+them), `draft` none, the KV cache emptied before each so that every setting does the same work;
+the settings take turns per prefix. Reported per setting: the median of generation tokens/s
+(after the prompt), the median prompt ms, and the threads the engine ran with; and each
+setting's median over the best fixed count's.
+
+    .venv/bin/python bench/threads_bench.py [--busy 1] [--prefixes 6] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from decode_bench import LANGUAGES, corpus_root, pick_tasks, request_of
+from lsp_client import write_report
+
+from lookahead_lsp.engine import DecodeOptions, Engine, EngineSettings
+from lookahead_lsp.engine.threads import cores
+from lookahead_lsp.models.resolve import resolve_model_path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--busy", type=int, default=1, help="cores kept busy by spinning processes")
+    parser.add_argument("--prefixes", type=int, default=6)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    model = resolve_model_path(None, str(args.model) if args.model else None, asker="cli")
+    tasks = pick_tasks(LANGUAGES["python"], corpus_root("python"), args.prefixes, args.seed)
+    settings: list[int | None] = [None, *range(1, cores() + 1)]
+    options = DecodeOptions(draft="none", max_tokens=args.max_tokens, stop_rules=False)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    speeds: dict[str, list[float]] = {}
+    prompts: dict[str, list[float]] = {}
+    used: dict[str, list[int]] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="threads-bench-") as work:
+            engines = {s: Engine(EngineSettings(model, 4096, s, cache_dir=Path(work))) for s in settings}
+            try:
+                for n, task in enumerate(tasks):
+                    order = settings[n % len(settings) :] + settings[: n % len(settings)]
+                    for setting in order:
+                        engine = engines[setting]
+                        engine.forget_kv()
+                        result = engine.complete(request_of(task), options)
+                        name = "chosen" if setting is None else f"fixed {setting}"
+                        speeds.setdefault(name, []).append(result.stats.tokens_per_s)
+                        prompts.setdefault(name, []).append(result.stats.ms_prompt)
+                        used.setdefault(name, []).append(result.stats.threads)
+            finally:
+                for engine in engines.values():
+                    engine.close()
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    medians = {name: statistics.median(values) for name, values in speeds.items()}
+    best = max(v for k, v in medians.items() if k != "chosen")
+    report: dict[str, object] = {"arguments": {k: str(v) for k, v in vars(args).items()}, "cores": cores()}
+    for name in speeds:
+        report[name] = {
+            "median_tokens_per_s": round(medians[name], 1),
+            "over_best_fixed": round(medians[name] / best, 3),
+            "median_ms_prompt": round(statistics.median(prompts[name]), 1),
+            "threads": sorted(set(used[name])),
+        }
+    write_report(report, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
