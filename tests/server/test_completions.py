@@ -324,3 +324,18 @@ def test_a_continuation_answers_until_it_is_typed_in_full() -> None:
     # All of it typed: what comes next is the model's end, still an answer to cut.
     assert cache.lookup("a", "x = 1\n    y = 2", "") == CacheHit("", continuation=True, ended=True, typed=True)
     assert cache.lookup("a", "x = 1\n    y = 2;", "") is None
+
+
+def test_taking_over_idle_work_supersedes_the_documents_older_request() -> None:
+    started = threading.Event()
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        older = worker.submit("doc", _until_cancelled(started, "stale"), debounce=False)
+        assert started.wait(5)
+        worker.submit_idle("doc", ("doc", 7), _answer("ahead"), delay_s=5.0)
+        taken = worker.adopt(("doc", 7))
+        assert taken is not None
+        assert older.result(timeout=5) is None, "the older request was not superseded"
+        assert taken.result(timeout=5) == "ahead"
+    finally:
+        worker.stop()

@@ -107,12 +107,15 @@ class CompletionWorker(Generic[T]):
             running = self._running
             if running is not None and running.idle_for == answer and not running.cancel.cancelled:
                 running.idle_for = None
+                # As a new request would, it supersedes its document's older ones.
+                self._drop(lambda other: other.key == running.key and other is not running)
                 return running.future
             waiting = self._idle
             if waiting is not None and waiting.idle_for == answer:
                 self._idle = None
                 waiting.idle_for = None
                 waiting.not_before = time.monotonic()
+                self._drop(lambda other: other.key == waiting.key)
                 self._queue.insert(0, waiting)
                 self._lock.notify_all()
                 return waiting.future
