@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sysconfig
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ import pytest
 from lookahead_lsp.service.service import Answer, LookaheadService
 from recording_client import RecordingClient
 
-from test_service_limits import CACHE, WAIT_S
+from test_service_limits import CACHE, WAIT_S, _until
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # (file, text just before the cursor): the cursor at the end of that text's first occurrence.
@@ -37,13 +37,6 @@ def service() -> Iterator[LookaheadService]:
     assert loaded.status()["model_state"] == "ready"
     yield loaded
     loaded.shutdown()
-
-
-def _until(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 def _spot(name: str, before: str) -> tuple[str, str, int]:

@@ -28,7 +28,7 @@ from typing import BinaryIO
 from lookahead_lsp import __version__
 from lookahead_lsp.base.cache_files import default_cache_dir
 from lookahead_lsp.base.errors import UserError
-from lookahead_lsp.lsp.transport import check_private_folder, runtime_folder
+from lookahead_lsp.lsp.transport import check_private_folder, make_private_folder, runtime_folder
 
 # The shared daemon stays this long after its last client left (an editor restarting, a second
 # window opening a little later find the model loaded).
@@ -55,9 +55,9 @@ def relay(
     no shared daemon can be had (the reason logged): the caller serves in this process."""
     path = shared_socket(cache_dir, default_model)
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_folder(path.parent)
         check_private_folder(path.parent)
-    except (OSError, UserError) as error:
+    except UserError as error:
         _LOG.warning("no shared daemon (%s): serving in this process", error)
         return None
     sock = _connected_or_started(path, cache_dir, log_level)

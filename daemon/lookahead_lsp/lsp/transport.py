@@ -125,7 +125,7 @@ def listen_unix(path: Path | None) -> Listener:
     one where a daemon still answers, or anything else at the path, is refused."""
     if path is None:
         path = runtime_folder() / _SOCKET_NAME
-        _make_private_folder(path.parent)
+        make_private_folder(path.parent)
     path = path.absolute()
     check_private_folder(path.parent)
     try:
@@ -171,7 +171,7 @@ def load_token(path: Path) -> str:
     file that is not a regular file of this user, can be read by others or holds no token is
     refused rather than used or replaced."""
     try:
-        _make_private_folder(path.parent)
+        make_private_folder(path.parent)
         check_private_folder(path.parent)
         try:
             return _read_token(path)
@@ -441,7 +441,8 @@ def _unix_peer_other_user(sock: Any) -> str | None:
     return f"process {pid} runs as uid {uid}, not as this user"
 
 
-def _make_private_folder(folder: Path) -> None:
+def make_private_folder(folder: Path) -> None:
+    """Creates folder (mode 0700) and its parents where missing; UserError if it cannot."""
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as error:

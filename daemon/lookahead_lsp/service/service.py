@@ -82,7 +82,7 @@ class AheadCounters:
 
     runs: int = 0  # idle completions that finished
     stopped: int = 0  # idle completions a request interrupted
-    served: int = 0  # answers from them, from the cache, with nothing typed since
+    served: int = 0  # answers cut from their continuations, from the cache
     adopted: int = 0  # requests that found their answer being computed ahead and waited for it
     ms_model: float = 0.0  # model time spent ahead of requests
 
@@ -348,8 +348,7 @@ class LookaheadService:
             _chain(self._submit(uri, path, prefix, suffix, invoked=True), done)
             return
         assert completion is not None
-        self.counters.served += 1
-        self.last_completion = {"text": shown, "stop_reason": completion.stop_reason, **completion.stats.as_dict()}
+        self._served(completion, shown)
         _resolve(done, Answer(shown, "model", completion))
         if shown:
             self._work_ahead(uri, path, prefix + shown, suffix)
@@ -407,16 +406,18 @@ class LookaheadService:
         ended = result.stop_reason == "end-of-generation"
         self.suggestions.store(uri, request.prefix, request.suffix, result.text, ahead, ended)
         if not ahead:
-            self._served(result)
+            self._served(result, result.text)
             if result.text:
                 # What the user sees may be accepted next: its continuation is decoded while
                 # they read it.
                 self._work_ahead(uri, path, request.prefix + result.text, request.suffix)
         return Answer(result.text, "model", result)
 
-    def _served(self, result: Completion) -> None:
+    def _served(self, result: Completion, shown: str) -> None:
+        """A request was answered by the model with `shown` (result's text, or what was cut
+        for it from a continuation decoded ahead)."""
         self.counters.served += 1
-        self.last_completion = {"text": result.text, "stop_reason": result.stop_reason, **result.stats.as_dict()}
+        self.last_completion = {"text": shown, "stop_reason": result.stop_reason, **result.stats.as_dict()}
 
     def _caches(self, path: Path | None) -> DraftCaches:
         """The document's folder's caches (on the worker, which refreshes the static one)."""
