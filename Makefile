@@ -167,23 +167,45 @@ sanitize: install
 # byte edits, each input in a guarded buffer. `make fuzz [FUZZ_RUNS=N] [FUZZ_SEED=S]` builds it
 # with $(CXX) and runs it; `make fuzz-libfuzzer` (clang: apt-get install clang) runs the same
 # target coverage-guided under libFuzzer, its corpus kept in build/fuzz/corpus.
+# The folder table's fuzzer (native/fuzz/folder_table_fuzz.cpp) runs after it, the same way:
+# its seed tables checked against NgramCache first, then mutations of them (header fields,
+# bucket offsets, record heads and followers, records swapped, the index rebuilt, the stream
+# grown or cut) through find(), the workspace layers and drafting. An input costs it several
+# times what one costs the static fuzzer (a checksum of a larger file, three small caches and
+# ten drafts), so it takes FUZZ_RUNS / FOLDER_FUZZ_DIVISOR of them; `make fuzz-folder-libfuzzer`
+# is its libFuzzer run, corpus in build/fuzz/folder_corpus.
 FUZZ_RUNS ?= 1000000
 FUZZ_SEED ?= 1
 FUZZ_SOURCES := native/fuzz/static_cache_fuzz.cpp $(addprefix native/,static_cache.cpp static_cache_store.cpp \
-	file_bytes.cpp checksum.cpp static_cache_builder.cpp atomic_file.cpp ngram_cache.cpp drafter.cpp)
+	file_bytes.cpp checksum.cpp static_cache_builder.cpp atomic_file.cpp ngram_cache.cpp drafter.cpp \
+	folder_table.cpp workspace_layers.cpp)
 FUZZ_FLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all -Inative
-.PHONY: fuzz fuzz-libfuzzer
+FOLDER_FUZZ_DIVISOR ?= 4
+FOLDER_FUZZ_SOURCES := native/fuzz/folder_table_fuzz.cpp $(addprefix native/,folder_table.cpp \
+	folder_table_builder.cpp workspace_layers.cpp file_bytes.cpp checksum.cpp atomic_file.cpp ngram_cache.cpp \
+	drafter.cpp static_cache.cpp static_cache_store.cpp)
+.PHONY: fuzz fuzz-libfuzzer fuzz-folder-libfuzzer
 build/fuzz/static_cache_fuzz: $(FUZZ_SOURCES) $(wildcard native/*.h)
 	mkdir -p build/fuzz
 	$(CXX) $(FUZZ_FLAGS) -fsanitize=address,undefined $(FUZZ_SOURCES) -o $@
-fuzz: build/fuzz/static_cache_fuzz
+build/fuzz/folder_table_fuzz: $(FOLDER_FUZZ_SOURCES) $(wildcard native/*.h)
+	mkdir -p build/fuzz
+	$(CXX) $(FUZZ_FLAGS) -fsanitize=address,undefined $(FOLDER_FUZZ_SOURCES) -o $@
+fuzz: build/fuzz/static_cache_fuzz build/fuzz/folder_table_fuzz
 	build/fuzz/static_cache_fuzz --runs $(FUZZ_RUNS) --seed $(FUZZ_SEED)
+	build/fuzz/folder_table_fuzz --runs $$(( $(FUZZ_RUNS) / $(FOLDER_FUZZ_DIVISOR) )) --seed $(FUZZ_SEED)
 build/fuzz/static_cache_libfuzzer: $(FUZZ_SOURCES) $(wildcard native/*.h)
 	mkdir -p build/fuzz
 	clang++ $(FUZZ_FLAGS) -DLOOKUP_LIBFUZZER -fsanitize=fuzzer,address,undefined $(FUZZ_SOURCES) -o $@
 fuzz-libfuzzer: build/fuzz/static_cache_libfuzzer
 	mkdir -p build/fuzz/corpus
 	build/fuzz/static_cache_libfuzzer -runs=$(FUZZ_RUNS) -seed=$(FUZZ_SEED) -max_len=65536 -print_final_stats=1 build/fuzz/corpus
+build/fuzz/folder_table_libfuzzer: $(FOLDER_FUZZ_SOURCES) $(wildcard native/*.h)
+	mkdir -p build/fuzz
+	clang++ $(FUZZ_FLAGS) -DLOOKUP_LIBFUZZER -fsanitize=fuzzer,address,undefined $(FOLDER_FUZZ_SOURCES) -o $@
+fuzz-folder-libfuzzer: build/fuzz/folder_table_libfuzzer
+	mkdir -p build/fuzz/folder_corpus
+	build/fuzz/folder_table_libfuzzer -runs=$(FUZZ_RUNS) -seed=$(FUZZ_SEED) -max_len=131072 -print_final_stats=1 build/fuzz/folder_corpus
 
 # One real completion with the default model: the body of a method in a small sample project,
 # drafted from the project's other file.

@@ -1,5 +1,7 @@
 // Python bindings of the native lookup core: argument checks, locking and numpy conversion only.
 #include "drafter.h"
+#include "folder_table.h"
+#include "folder_table_builder.h"
 #include "ngram_cache.h"
 #include "replay.h"
 #include "static_cache.h"
@@ -103,6 +105,47 @@ struct PyStaticCache {
         return open;
     }
 };
+
+// A folder table never changes once open; the shared pointer keeps it mapped while a drafting
+// call on another thread reads it.
+struct PyFolderTable {
+    std::shared_ptr<lookup::FolderTable> table = std::make_shared<lookup::FolderTable>();
+    std::string path;
+};
+
+// The workspace draft source in its layers (workspace_layers.h); holds its parts alive.
+struct PyWorkspaceView {
+    py::object added_object, removed_object, table_object;
+    PyNgramCache* added = nullptr;
+    PyNgramCache* removed = nullptr;
+    PyFolderTable* table = nullptr;
+    uint32_t n_vocab = 0;
+};
+
+// What a `workspace` argument names: None, an NgramCache (the whole workspace) or a view.
+struct WorkspaceArg {
+    PyNgramCache* added = nullptr;
+    PyNgramCache* removed = nullptr;
+    PyFolderTable* table = nullptr;
+    uint32_t n_vocab = 0;
+
+    [[nodiscard]] bool given() const { return added != nullptr || table != nullptr; }
+};
+
+WorkspaceArg workspace_arg(const py::object& workspace) {
+    WorkspaceArg arg;
+    if (workspace.is_none()) return arg;
+    if (py::isinstance<PyNgramCache>(workspace)) {
+        arg.added = &workspace.cast<PyNgramCache&>();
+        arg.n_vocab = arg.added->n_vocab;
+    } else if (py::isinstance<PyWorkspaceView>(workspace)) {
+        const auto& view = workspace.cast<PyWorkspaceView&>();
+        arg = {view.added, view.removed, view.table, view.n_vocab};
+    } else {
+        throw py::type_error("workspace must be an NgramCache or a WorkspaceView");
+    }
+    return arg;
+}
 
 struct PyStaticCacheBuilder {
     explicit PyStaticCacheBuilder(int64_t vocab) : n_vocab(checked_vocab(vocab)), builder(n_vocab) {
@@ -225,16 +268,15 @@ bool caches_equal(const lookup::NgramCache& a, const lookup::NgramCache& b) {
 
 // Checks what drafting will read: the repository cache must be verified and the last few tokens
 // (the only ones drafting reads) must be inside every cache's vocabulary.
-void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, const PyNgramCache* workspace,
+void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, const WorkspaceArg& workspace,
                         const PyStaticCache* repository) {
-    if (context != nullptr && workspace != nullptr && context->n_vocab != workspace->n_vocab) {
+    if (context != nullptr && workspace.given() && context->n_vocab != workspace.n_vocab) {
         throw py::value_error("the context and workspace caches have different vocabulary sizes");
     }
     const size_t n = static_cast<size_t>(tokens.size());
     const size_t tail = std::min<size_t>(n, lookup::k_ngram_max);
-    for (const PyNgramCache* c : {context, workspace}) {
-        if (c != nullptr) check_tokens(tokens.data() + n - tail, tail, c->n_vocab);
-    }
+    if (context != nullptr) check_tokens(tokens.data() + n - tail, tail, context->n_vocab);
+    if (workspace.given()) check_tokens(tokens.data() + n - tail, tail, workspace.n_vocab);
     if (repository != nullptr) {
         std::shared_lock l(repository->mutex);
         check_tokens(tokens.data() + n - tail, tail, repository->verified_cache().header().n_vocab);
@@ -243,27 +285,36 @@ void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, c
 
 // Shared locks on the mutable sources for the length of one drafting call.
 struct LockedSources {
-    LockedSources(PyNgramCache* context, PyNgramCache* workspace, PyStaticCache* repository) {
+    LockedSources(PyNgramCache* context, const WorkspaceArg& workspace, PyStaticCache* repository) {
         if (context != nullptr) context_lock = std::shared_lock(context->mutex);
-        if (workspace != nullptr && workspace != context) workspace_lock = std::shared_lock(workspace->mutex);
+        if (workspace.added != nullptr && workspace.added != context) {
+            workspace_lock = std::shared_lock(workspace.added->mutex);
+        }
+        if (workspace.removed != nullptr && workspace.removed != context && workspace.removed != workspace.added) {
+            removed_lock = std::shared_lock(workspace.removed->mutex);
+        }
         if (repository != nullptr) {
             repository_lock = std::shared_lock(repository->mutex);
             // Closed by another thread since the inputs were checked.
             if (!repository->cache) throw std::invalid_argument(repository->path + ": static cache is closed");
         }
-        sources = {context ? &context->cache : nullptr, workspace ? &workspace->cache : nullptr,
-                   repository ? repository->cache.get() : nullptr};
+        const lookup::WorkspaceLayers layers{workspace.added ? &workspace.added->cache : nullptr,
+                                             workspace.removed ? &workspace.removed->cache : nullptr,
+                                             workspace.table ? workspace.table->table.get() : nullptr};
+        sources = {context ? &context->cache : nullptr, layers, repository ? repository->cache.get() : nullptr};
     }
     lookup::DraftSources sources;
     std::shared_lock<std::shared_mutex> context_lock;
     std::shared_lock<std::shared_mutex> workspace_lock;
+    std::shared_lock<std::shared_mutex> removed_lock;
     std::shared_lock<std::shared_mutex> repository_lock;
 };
 
-py::array_t<token_t> draft(const py::object& token_ids, int64_t n_draft, PyNgramCache* context, PyNgramCache* workspace,
+py::array_t<token_t> draft(const py::object& token_ids, int64_t n_draft, PyNgramCache* context, const py::object& workspace_object,
                            PyStaticCache* repository) {
     if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
     const TokenArray tokens = as_tokens(token_ids);
+    const WorkspaceArg workspace = workspace_arg(workspace_object);
     check_draft_inputs(tokens, context, workspace, repository);
     std::vector<token_t> out(static_cast<size_t>(n_draft));
     size_t n = 0;
@@ -291,9 +342,10 @@ py::array_t<int64_t> evidence_table(const std::vector<lookup::DraftEvidence>& ev
 }
 
 py::tuple draft_with_evidence(const py::object& token_ids, int64_t n_draft, PyNgramCache* context,
-                              PyNgramCache* workspace, PyStaticCache* repository) {
+                              const py::object& workspace_object, PyStaticCache* repository) {
     if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
     const TokenArray tokens = as_tokens(token_ids);
+    const WorkspaceArg workspace = workspace_arg(workspace_object);
     check_draft_inputs(tokens, context, workspace, repository);
     std::vector<token_t> out(static_cast<size_t>(n_draft));
     std::vector<lookup::DraftEvidence> evidence(out.size());
@@ -308,7 +360,7 @@ py::tuple draft_with_evidence(const py::object& token_ids, int64_t n_draft, PyNg
 }
 
 py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_branches, PyNgramCache* context,
-                     PyNgramCache* workspace, PyStaticCache* repository) {
+                     const py::object& workspace_object, PyStaticCache* repository) {
     if (n_draft < 0) throw py::value_error("n_draft must be >= 0");
     if (max_branches < 0 || max_branches > 16) throw py::value_error("max_branches must be in [0, 16]");
     const size_t capacity = static_cast<size_t>(n_draft) * static_cast<size_t>(max_branches);
@@ -316,6 +368,7 @@ py::tuple draft_tree(const py::object& token_ids, int64_t n_draft, int64_t max_b
     std::vector<int32_t> out_parents(capacity);
     std::vector<lookup::DraftEvidence> evidence(capacity);
     const TokenArray tokens = as_tokens(token_ids);
+    const WorkspaceArg workspace = workspace_arg(workspace_object);
     check_draft_inputs(tokens, context, workspace, repository);
     size_t n = 0;
     {
@@ -335,7 +388,7 @@ py::dict replay(const py::object& token_ids, int64_t n_ctx, int64_t n_draft, PyN
     if (n_ctx <= 0 || n_draft < 0) throw py::value_error("n_ctx must be > 0 and n_draft >= 0");
     if (max_branches < 1 || max_branches > 16) throw py::value_error("max_branches must be in [1, 16]");
     const TokenArray tokens = as_tokens(token_ids);
-    check_draft_inputs(tokens, nullptr, nullptr, repository);
+    check_draft_inputs(tokens, nullptr, WorkspaceArg{}, repository);
     const size_t n = static_cast<size_t>(tokens.size());
     // The replay's own context cache has no vocabulary; negative ids would alias key padding.
     check_tokens(tokens.data(), n, 0x7FFFFFFF);
@@ -679,6 +732,136 @@ void bind_builder(py::module_& m) {
             py::arg("path"), py::arg("fingerprint"));
 }
 
+// As NgramCache.followers: a key of 1 to 4 tokens; none (no followers) with a token outside
+// the vocabulary.
+std::optional<lookup::NgramKey> checked_key(const std::vector<int64_t>& key, uint32_t n_vocab) {
+    if (key.empty() || key.size() > static_cast<size_t>(lookup::k_ngram_max)) {
+        throw py::value_error("a key holds 1 to 4 tokens");
+    }
+    token_t t[lookup::k_ngram_max];
+    for (size_t i = 0; i < key.size(); ++i) {
+        if (key[i] < 0 || key[i] >= n_vocab) return std::nullopt;
+        t[i] = static_cast<token_t>(key[i]);
+    }
+    return lookup::make_key(t, static_cast<int>(key.size()));
+}
+
+py::dict folder_header_dict(const lookup::FolderTableHeader& h) {
+    py::dict d;
+    d["format_version"] = h.format_version;
+    d["bucket_bits"] = h.bucket_bits;
+    d["n_vocab"] = h.n_vocab;
+    d["min_count"] = h.min_count;
+    d["fingerprint"] = h.fingerprint;
+    d["n_keys"] = h.n_keys;
+    d["file_size"] = h.file_size;
+    return d;
+}
+
+void bind_folder_table(py::module_& m) {
+    py::class_<PyFolderTable>(m, "FolderTable")
+        .def_static(
+            "open",
+            [](const std::string& path, int64_t n_vocab, uint64_t fingerprint) {
+                auto t = std::make_unique<PyFolderTable>();
+                t->path = path;
+                const uint32_t vocab = checked_vocab(n_vocab);
+                std::string error;
+                bool ok;
+                {
+                    py::gil_scoped_release nogil;
+                    ok = t->table->open(path, vocab, fingerprint, &error);
+                }
+                if (!ok) throw CacheError(path, error);
+                return t;
+            },
+            py::arg("path"), py::arg("n_vocab"), py::arg("fingerprint"))
+        .def("verify",
+             [](const PyFolderTable& t) {
+                 std::string error;
+                 bool ok;
+                 {
+                     py::gil_scoped_release nogil;
+                     ok = t.table->verify(&error);
+                 }
+                 if (!ok) throw CacheError(t.path, error);
+             })
+        .def_property_readonly("path", [](const PyFolderTable& t) { return t.path; })
+        .def_property_readonly("header", [](const PyFolderTable& t) { return folder_header_dict(t.table->header()); })
+        .def(
+            "followers",
+            [](const PyFolderTable& t, const std::vector<int64_t>& key) {
+                const auto k = checked_key(key, t.table->header().n_vocab);
+                std::vector<lookup::Follower> scratch;
+                return followers_copy(k ? t.table->find(*k, scratch) : lookup::FollowerSpan{});
+            },
+            py::arg("key"));
+
+    py::class_<PyWorkspaceView>(m, "WorkspaceView")
+        .def(py::init([](const py::object& added, const py::object& removed, const py::object& table) {
+                 auto v = std::make_unique<PyWorkspaceView>();
+                 v->added_object = added;
+                 v->removed_object = removed;
+                 v->table_object = table;
+                 v->added = &added.cast<PyNgramCache&>();
+                 v->n_vocab = v->added->n_vocab;
+                 if (!removed.is_none()) v->removed = &removed.cast<PyNgramCache&>();
+                 if (!table.is_none()) v->table = &table.cast<PyFolderTable&>();
+                 if ((v->removed != nullptr && v->removed->n_vocab != v->n_vocab) ||
+                     (v->table != nullptr && v->table->table->header().n_vocab != v->n_vocab)) {
+                     throw py::value_error("the workspace layers have different vocabulary sizes");
+                 }
+                 return v;
+             }),
+             py::arg("added"), py::arg("removed") = py::none(), py::arg("table") = py::none())
+        .def_property_readonly("table", [](const PyWorkspaceView& v) { return v.table_object; })
+        .def(
+            "followers",
+            [](const PyWorkspaceView& v, const std::vector<int64_t>& key) {
+                const auto k = checked_key(key, v.n_vocab);
+                const LockedSources locked(nullptr, WorkspaceArg{v.added, v.removed, v.table, v.n_vocab}, nullptr);
+                return followers_copy(k ? locked.sources.workspace.find(*k) : lookup::FollowerSpan{});
+            },
+            py::arg("key"));
+
+    m.def(
+        "build_folder_table",
+        [](const std::vector<py::object>& documents, const std::string& path, int64_t n_vocab, uint64_t fingerprint,
+           int64_t memory_limit, int64_t min_count) {
+            const uint32_t vocab = checked_vocab(n_vocab);
+            if (memory_limit <= 0 || min_count < 1 || min_count > 0xFFFFFFFF) {
+                throw py::value_error("memory_limit must be > 0 and min_count >= 1");
+            }
+            std::vector<TokenArray> arrays;
+            std::vector<lookup::TokenView> views;
+            arrays.reserve(documents.size());
+            for (const py::object& d : documents) {
+                arrays.push_back(as_tokens(d));
+                check_tokens(arrays.back().data(), static_cast<size_t>(arrays.back().size()), vocab);
+                views.push_back({arrays.back().data(), static_cast<size_t>(arrays.back().size())});
+            }
+            lookup::FolderTableBuild stats;
+            std::string error;
+            bool ok;
+            {
+                py::gil_scoped_release nogil;
+                ok = lookup::build_folder_table(views, vocab, fingerprint, static_cast<uint32_t>(min_count),
+                                                static_cast<size_t>(memory_limit), path, &stats, &error);
+            }
+            if (!ok) raise_os_error(path, error);
+            py::dict d;
+            d["n_tokens"] = stats.n_tokens;
+            d["n_keys"] = stats.n_keys;
+            d["n_keys_seen"] = stats.n_keys_seen;
+            d["partitions"] = stats.partitions;
+            d["file_size"] = stats.file_size;
+            d["peak_bytes"] = stats.peak_bytes;
+            return d;
+        },
+        py::arg("documents"), py::arg("path"), py::arg("n_vocab"), py::arg("fingerprint"), py::kw_only(),
+        py::arg("memory_limit"), py::arg("min_count") = 2);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_lookup, m) {
@@ -699,13 +882,14 @@ PYBIND11_MODULE(_lookup, m) {
     bind_ngram_cache(m);
     bind_static_cache(m);
     bind_builder(m);
+    bind_folder_table(m);
 
     m.def("draft", &draft, py::arg("tokens"), py::arg("n_draft"), py::arg("context") = nullptr,
-          py::arg("workspace") = nullptr, py::arg("repository") = nullptr);
+          py::arg("workspace") = py::none(), py::arg("repository") = nullptr);
     m.def("draft_with_evidence", &draft_with_evidence, py::arg("tokens"), py::arg("n_draft"),
-          py::arg("context") = nullptr, py::arg("workspace") = nullptr, py::arg("repository") = nullptr);
+          py::arg("context") = nullptr, py::arg("workspace") = py::none(), py::arg("repository") = nullptr);
     m.def("draft_tree", &draft_tree, py::arg("tokens"), py::arg("n_draft"), py::arg("max_branches") = 3,
-          py::arg("context") = nullptr, py::arg("workspace") = nullptr, py::arg("repository") = nullptr);
+          py::arg("context") = nullptr, py::arg("workspace") = py::none(), py::arg("repository") = nullptr);
     m.def("replay", &replay, py::arg("tokens"), py::arg("n_ctx"), py::arg("n_draft"), py::arg("workspace") = nullptr,
           py::arg("repository") = nullptr, py::arg("max_branches") = 1);
 }

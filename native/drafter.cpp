@@ -117,11 +117,16 @@ struct TailKeys {
         if (cache == nullptr) return;
         for (int i = 0; i < n; ++i) cache->prefetch(keys[i]);
     }
+    void prefetch(const WorkspaceLayers& layers) const {
+        for (int i = 0; i < n; ++i) layers.prefetch(keys[i]);
+    }
     NgramKey keys[k_ngram_max];
     int n;
 };
 
-[[nodiscard]] DraftEvidence try_cache(const TailKeys& tail, const NgramCache* cache, DraftSource source,
+// Cache: NgramCache or WorkspaceLayers (anything with find(key) -> FollowerSpan).
+template <class Cache>
+[[nodiscard]] DraftEvidence try_cache(const TailKeys& tail, const Cache* cache, DraftSource source,
                                       const DraftThresholds& th, RepositoryLookup& stat) {
     if (cache == nullptr) return {};
     for (int i = 0; i < tail.n; ++i) {
@@ -161,7 +166,9 @@ struct TailKeys {
     tail.prefetch(sources.workspace);
     RepositoryLookup stat(seq, sources.repository);
     DraftEvidence e = try_cache(tail, sources.context, DraftSource::context, k_context_thresholds, stat);
-    if (e.token < 0) e = try_cache(tail, sources.workspace, DraftSource::workspace, k_workspace_thresholds, stat);
+    if (e.token < 0 && !sources.workspace.empty()) {
+        e = try_cache(tail, &sources.workspace, DraftSource::workspace, k_workspace_thresholds, stat);
+    }
     return e.token >= 0 ? e : repository_decision(stat.get());
 }
 
@@ -211,17 +218,16 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, DraftEv
         if (runner_up != nullptr) offer({runner_up->token, source, ngram, runner_up->count, followers.sum});
     };
     const TailKeys tail(seq);
-    const NgramCache* caches[2] = {sources.context, sources.workspace};
-    const DraftThresholds* thresholds[2] = {&k_context_thresholds, &k_workspace_thresholds};
-    const DraftSource names[2] = {DraftSource::context, DraftSource::workspace};
-    for (int c = 0; c < 2; ++c) {
-        if (caches[c] == nullptr) continue;
+    auto offer_cache = [&](const auto* cache, const DraftThresholds& th, DraftSource source) {
+        if (cache == nullptr) return;
         for (int i = 0; i < tail.n; ++i) {
             const int n = tail.n - i;
-            offer_key(caches[c]->find(tail.keys[i]), repository_part, thresholds[c]->min_sample[n - 1],
-                      thresholds[c]->min_percent[n - 1], names[c], n);
+            offer_key(cache->find(tail.keys[i]), repository_part, th.min_sample[n - 1], th.min_percent[n - 1],
+                      source, n);
         }
-    }
+    };
+    offer_cache(sources.context, k_context_thresholds, DraftSource::context);
+    if (!sources.workspace.empty()) offer_cache(&sources.workspace, k_workspace_thresholds, DraftSource::workspace);
     offer_key(with_totals(repository_part), FollowerSpan{}, k_static_min_sample, k_static_min_percent,
               DraftSource::repository, k_static_ngram);
     return n_out;

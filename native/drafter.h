@@ -4,6 +4,7 @@
 #include "ngram.h"
 #include "ngram_cache.h"
 #include "static_cache.h"
+#include "workspace_layers.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +20,7 @@ enum class DraftSource : uint8_t { context = 0, workspace = 1, repository = 2 };
 // cache must have been verified.
 struct DraftSources {
     const NgramCache* context = nullptr;
-    const NgramCache* workspace = nullptr;
+    WorkspaceLayers workspace;
     const StaticCache* repository = nullptr;
 };
 

@@ -46,7 +46,7 @@ ReplayStats replay(const token_t* tokens, size_t n_tokens, size_t n_ctx, size_t 
     if (n_ctx == 0) return stats;
     stats.n_predict = n_tokens - n_tokens % n_ctx;
     NgramCache context;
-    const DraftSources sources{&context, workspace, repository};
+    const DraftSources sources{&context, WorkspaceLayers{workspace, nullptr, nullptr}, repository};
     std::vector<token_t> drafted(n_draft);
     std::vector<token_t> tree(n_draft * max_branches);
     std::vector<int32_t> parents(n_draft * max_branches);

@@ -169,11 +169,15 @@ def test_files_above_the_limit_are_not_read(tmp_path: Path) -> None:
         read_regular_file(tmp_path / "missing.bin", 10)
 
 
-def test_loaded_index_is_a_private_copy(tmp_path: Path) -> None:
+def test_a_saved_index_rewritten_in_place_is_refused(tmp_path: Path) -> None:
+    # The saved index is mapped, not copied (a large folder's tokens stay on disk): the daemon
+    # replaces it only by renaming a new file over it, and a file changed otherwise fails its
+    # checksum at the next load.
     path = tmp_path / "index.bin"
     saved_index(path)
     records = load_records(path, 7, 10)
+    assert records[PurePosixPath("a.py")].tokens.tolist() == [1, 2, 3]
+    assert not records[PurePosixPath("a.py")].tokens.flags.writeable
     with open(path, "r+b") as file:  # rewritten in place, same inode
         file.write(b"\xff" * path.stat().st_size)
-    assert records[PurePosixPath("a.py")].tokens.tolist() == [1, 2, 3]
     assert load_records(path, 7, 10) == {}

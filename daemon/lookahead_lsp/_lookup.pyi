@@ -4,8 +4,8 @@ column 0 the token id, column 1 its count, rows sorted by token id. All C++ work
 the GIL.
 
 Drafting reads up to three caches, one per DraftSource: the request's own text (context), the
-workspace's files (workspace, an NgramCache kept current) and a repository's prebuilt file
-(repository, a StaticCache)."""
+workspace's files (workspace: an NgramCache kept current, or a WorkspaceView of a folder table
+on disk with the changes on top) and a repository's prebuilt file (repository, a StaticCache)."""
 
 import enum
 from typing import Optional, Sequence
@@ -151,7 +151,7 @@ def draft(
     tokens: TokenArray,
     n_draft: int,
     context: Optional[NgramCache] = None,
-    workspace: Optional[NgramCache] = None,
+    workspace: Optional[NgramCache | WorkspaceView] = None,
     repository: Optional[StaticCache] = None,
 ) -> np.ndarray:
     """Up to n_draft tokens predicted to follow `tokens` (llama.cpp's lookup semantics:
@@ -163,7 +163,7 @@ def draft_with_evidence(
     tokens: TokenArray,
     n_draft: int,
     context: Optional[NgramCache] = None,
-    workspace: Optional[NgramCache] = None,
+    workspace: Optional[NgramCache | WorkspaceView] = None,
     repository: Optional[StaticCache] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """draft() and, per drafted token, why: an (n, 4) int64 array of the deciding DraftSource
@@ -174,7 +174,7 @@ def draft_tree(
     n_draft: int,
     max_branches: int = 3,
     context: Optional[NgramCache] = None,
-    workspace: Optional[NgramCache] = None,
+    workspace: Optional[NgramCache | WorkspaceView] = None,
     repository: Optional[StaticCache] = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A small token tree of continuations: (tokens, parents, evidence), evidence as in
@@ -196,3 +196,45 @@ def replay(
     draft_ns. `workspace` is updated with each chunk's context cache, as upstream does (its
     "dynamic" cache). With max_branches > 1 (at most 16) each step drafts a token tree
     (draft_tree) and keeps its longest-matching branch; n_drafted then counts all tree nodes."""
+
+class FolderTable:
+    """A workspace folder's n-grams (n = 1..4) on disk, mapped: opening one of any size is O(1),
+    and every process of the user that maps it shares its pages. Keys whose total count is below
+    the table's min_count were left out. Reading never trusts the bytes: any file gives wrong
+    followers at worst, never a crash or a token outside the vocabulary."""
+
+    @staticmethod
+    def open(path: str, n_vocab: int, fingerprint: int) -> "FolderTable":
+        """CacheError if the file is missing, not a regular file owned by this user, truncated,
+        of another format, or made for another vocabulary or tokenizer."""
+    def verify(self) -> None:
+        """CacheError when the checksum does not match."""
+    @property
+    def path(self) -> str: ...
+    @property
+    def header(self) -> dict[str, int]:
+        """format_version, bucket_bits, n_vocab, min_count, fingerprint, n_keys, file_size."""
+    def followers(self, key: Sequence[int]) -> np.ndarray: ...
+
+class WorkspaceView:
+    """The workspace source in layers: table + added - removed, per follower, never below 0."""
+
+    def __init__(
+        self, added: NgramCache, removed: Optional[NgramCache] = None, table: Optional[FolderTable] = None
+    ) -> None: ...
+    @property
+    def table(self) -> Optional[FolderTable]: ...
+    def followers(self, key: Sequence[int]) -> np.ndarray: ...
+
+def build_folder_table(
+    documents: Sequence[TokenArray],
+    path: str,
+    n_vocab: int,
+    fingerprint: int,
+    *,
+    memory_limit: int,
+    min_count: int = 2,
+) -> dict[str, int]:
+    """Counts the documents' n-grams within about memory_limit bytes (in as many passes as that
+    takes) and writes the table atomically. Returns n_tokens, n_keys, n_keys_seen, partitions,
+    file_size, peak_bytes. OSError when it cannot be written; ValueError for a bad token."""

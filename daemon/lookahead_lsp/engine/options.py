@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from lookahead_lsp._lookup import NgramCache, StaticCache
+from lookahead_lsp._lookup import NgramCache, StaticCache, WorkspaceView
 from lookahead_lsp.engine.policy import AUTO_MAX_DRAFT
 from lookahead_lsp.engine.prompt import PromptWindows
 from lookahead_lsp.engine.stopping import MULTILINE_MODES
@@ -98,7 +98,7 @@ class DraftCaches:
     prebuilt repository cache (a static cache file, verified before it is handed over). The
     request's context cache is the engine's own."""
 
-    workspace: NgramCache | None = None
+    workspace: NgramCache | WorkspaceView | None = None
     repository: StaticCache | None = None
 
 

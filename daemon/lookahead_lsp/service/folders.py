@@ -87,7 +87,7 @@ class WorkspaceFolders:
         if settings.repository_cache != old.repository_cache:
             for folder in folders:
                 folder.set_repository_cache(settings.repository_cache)
-        if settings.ignore != old.ignore:
+        if settings.ignore != old.ignore or settings.memory_budget != old.memory_budget:
             self.reopen(save=True)
 
     def reopen(self, save: bool, forget: bool = False) -> None:
@@ -100,7 +100,10 @@ class WorkspaceFolders:
             folder.stop(save)
         if forget:
             for root in roots:
-                store_path_for(root, self.settings.cache_dir).unlink(missing_ok=True)
+                store = store_path_for(root, self.settings.cache_dir)
+                for table in store.parent.glob(f"{store.stem}.*.table"):
+                    table.unlink(missing_ok=True)
+                store.unlink(missing_ok=True)
         self._open_missing()
 
     def use_model(self, model_path: Path) -> None:

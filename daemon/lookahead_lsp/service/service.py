@@ -142,6 +142,7 @@ class LookaheadService:
             ignore=s.ignore_globs,
             repository_cache=Path(s.static_cache_path).expanduser() if s.static_cache_path else None,
             cache_dir=self.cache_dir,
+            memory_budget=(s.index_memory_mib or 0) * (1 << 20),
         )
 
     def _model_key(self) -> ModelKey:

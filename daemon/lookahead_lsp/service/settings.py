@@ -108,6 +108,13 @@ class Settings:
         scope=MACHINE_OVERRIDABLE,
         check=_check_ignore_globs,
     )
+    index_memory_mib: int | None = _setting(
+        None,
+        "Memory for each workspace folder's index, in MiB; a larger folder keeps the rest in a file on disk, mapped. Empty: a sixteenth of this machine's memory, at most 512 MiB.",
+        scope=MACHINE_OVERRIDABLE,
+        minimum=16,
+        maximum=1 << 20,
+    )
     threads: int | None = _setting(
         None, "CPU threads for the model. Empty: the cores other programs leave free, looked at before each completion.", scope=MACHINE_OVERRIDABLE, minimum=1, maximum=256
     )

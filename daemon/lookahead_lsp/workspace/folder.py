@@ -21,11 +21,11 @@ import os
 import stat
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache
+from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache, WorkspaceView
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.base.repository_cache import default_store, open_repository_cache
 from lookahead_lsp.base.safe_reads import is_inside
@@ -39,6 +39,8 @@ STATIC_CACHE_NAME = Path(".lookahead") / "static.cache"
 # The most of the folder thread's time that re-tokenizing the editor's documents may take while
 # the user types: the rest of the cores is the model's.
 EDITOR_INDEXING_SHARE = 0.25
+# How often the folder's thread checks, without edits, whether the index outgrew its budget.
+FOLD_CHECK_S = 30.0
 
 
 class FolderClient(Protocol):
@@ -56,12 +58,14 @@ class FolderClient(Protocol):
 class FolderSettings:
     """ignore: the user's ignore patterns; repository_cache: the configured static cache file
     (None: .lookahead/static.cache in the folder); cache_dir: where the saved index goes (None: the
-    default); debounce_s: how long the editor's changes collect before they are indexed."""
+    default); debounce_s: how long the editor's changes collect before they are indexed;
+    memory_budget: the index's in-memory part, in bytes (0: the default)."""
 
     ignore: tuple[str, ...] = ()
     repository_cache: Path | None = None
     cache_dir: Path | None = None
     debounce_s: float = 0.15
+    memory_budget: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class WorkspaceFolder:
             tokenizer.n_vocab,
             root=root,
             tokenizer_lock=tokenizer_lock,
-            settings=IndexSettings(ignore=settings.ignore),
+            settings=IndexSettings(ignore=settings.ignore, memory_budget=settings.memory_budget),
         )
         self._watcher: WorkspaceWatcher | None = None
         self._thread = threading.Thread(target=self._run, name=f"folder {root.name}", daemon=True)
@@ -162,18 +166,16 @@ class WorkspaceFolder:
         """The static cache setting changed: the repository cache is reopened before its next
         use."""
         with self._repository_lock:
-            self._settings = FolderSettings(
-                self._settings.ignore, configured, self._settings.cache_dir, self._settings.debounce_s
-            )
+            self._settings = replace(self._settings, repository_cache=configured)
             self._repository_stale = True
 
     # -- readers -------------------------------------------------------------------------------
 
-    def caches(self) -> tuple[NgramCache, StaticCache | None]:
+    def caches(self) -> tuple[NgramCache | WorkspaceView, StaticCache | None]:
         """The folder's workspace and repository caches for drafting. It may open the
         repository cache again (reading it all): call it off the event loop."""
         self._refresh_repository()
-        return self.index.cache, self._repository
+        return self.index.drafting(), self._repository
 
     def status(self) -> FolderStatus:
         watcher = self._watcher.status if self._watcher is not None else WatcherStatus("stopped")
@@ -194,6 +196,7 @@ class WorkspaceFolder:
         while (edits := self._next_edits()) is not None:
             started = time.monotonic()
             self._apply(edits)
+            self._fold_if_over_budget()
             ended = time.monotonic()
             self._next_batch_at = ended + (ended - started) * (1 / EDITOR_INDEXING_SHARE - 1)
 
@@ -206,8 +209,13 @@ class WorkspaceFolder:
 
         def report(p: IndexProgress) -> None:
             percent = 100 * p.bytes_done // p.bytes_total if p.bytes_total else 100
-            self._client.progress(token, title, f"{p.files_done}/{p.files_total} files", percent, False)
+            if p.phase == "writing":
+                self._client.progress(token, title, "writing the index to disk", percent, False)
+            else:
+                self._client.progress(token, title, f"{p.files_done}/{p.files_total} files", percent, False)
 
+        with self._condition:
+            self.index.prefer([path for path, text in self._edits.items() if text is not None])
         stats = self.index.index_folder(tokenizer=self.tokenizer, progress=report, cancelled=self._is_stopping)
         status = self.index.status()
         self._client.progress(token, title, f"{status.files} files, {status.tokens} tokens", 100, True)
@@ -228,9 +236,11 @@ class WorkspaceFolder:
 
     def _next_edits(self) -> dict[Path, str | None] | None:
         """The next batch of editor text, `debounce_s` after its first change; None when
-        stopping."""
+        stopping; empty after FOLD_CHECK_S without one (the watcher's changes count too)."""
         with self._condition:
-            self._condition.wait_for(lambda: self._stopping or self._batch_started is not None)
+            self._condition.wait_for(lambda: self._stopping or self._batch_started is not None, timeout=FOLD_CHECK_S)
+            if self._batch_started is None and not self._stopping:
+                return {}
             if self._batch_started is not None and not self._stopping:
                 start = max(self._batch_started + self._settings.debounce_s, self._next_batch_at)
                 self._condition.wait_for(lambda: self._stopping, timeout=max(start - time.monotonic(), 0.0))
@@ -250,6 +260,14 @@ class WorkspaceFolder:
                     self.index.change_document(path, text)
             except Exception as error:  # the thread outlives any one document
                 self._client.log(logging.WARNING, f"index not updated for {path}: {error}")
+
+    def _fold_if_over_budget(self) -> None:
+        """Changes (the editor's, the watcher's) that outgrew the memory budget go to disk."""
+        try:
+            if self.index.fold_if_over_budget():
+                self._client.status_changed()
+        except (OSError, CacheError, ValueError) as error:
+            self._client.log(logging.WARNING, f"cannot write the index of {self.root} to disk: {error}")
 
     def _is_stopping(self) -> bool:
         return self._stopping

@@ -9,6 +9,14 @@ when rules.py's FolderRules accept it, judged once per update; open documents ar
 their editor text. A file whose real path leaves the folder (a symlink out of it) never counts,
 whether listed, reported by an event or opened.
 
+Memory: the index keeps its files' n-grams in memory up to `memory_budget` bytes. A folder
+larger than that keeps its bulk on disk: a folder table (the lookup core's mapped n-gram table,
+written in the background from the saved tokens, shared by every daemon of the user) plus, in
+memory, what changed since (the files the table does not hold as they are now, and the
+table's part of those files to subtract). When the changes outgrow the budget, the table is
+written again. A scan of a folder that does not fit writes the files past the budget straight to
+the next table's store; the files near the open documents and of their languages come first.
+
 Threads: any method may be called from any thread, and `cache` may be read at any time (the
 NgramCache has its own reader/writer lock). The per-file bookkeeping (indexed_files.py) is
 guarded by one lock, held briefly. Single-file updates read, tokenize and commit while holding the tokenizer lock,
@@ -18,15 +26,16 @@ it; what they return is committed only for files that no other update touched me
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import time
-from contextlib import AbstractContextManager, closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator, Sequence
 
-from lookahead_lsp._lookup import NgramCache
+from lookahead_lsp._lookup import CacheError, FolderTable, NgramCache, WorkspaceView, build_folder_table
 from lookahead_lsp.base.tokenizer import (
     POOL_MIN_BYTES,
     TokenArray,
@@ -47,7 +56,32 @@ from lookahead_lsp.workspace.index_stats import (
 )
 from lookahead_lsp.workspace.indexed_files import IndexedFiles
 from lookahead_lsp.workspace.rules import Content, FolderRules, Stamp, regular_status, stamp_of
-from lookahead_lsp.workspace.store import DIGEST_BYTES, FileRecord, load_records, save_records
+from lookahead_lsp.workspace.store import (
+    DIGEST_BYTES,
+    FileRecord,
+    LoadedStore,
+    StoreWriter,
+    load_store,
+    new_generation,
+    save_records,
+    table_path_for,
+)
+
+_log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+# The table builder needs this much at least to count a partition of the n-grams.
+_MIN_BUILD_BYTES = 32 * MIB
+
+
+def default_memory_budget() -> int:
+    """A sixteenth of this machine's memory, at most 512 MiB: a laptop keeps most of its memory
+    for the editor and the model."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 8 << 30
+    return max(64 * MIB, min(512 * MIB, total // 16))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +92,10 @@ class IndexSettings:
 
     ignore: Sequence[str] = ()
     max_bytes: int = DEFAULT_MAX_BYTES
+    memory_budget: int = 0  # bytes for the in-memory part; 0: default_memory_budget()
+
+    def budget(self) -> int:
+        return self.memory_budget or default_memory_budget()
 
 
 class WorkspaceIndex:
@@ -77,7 +115,6 @@ class WorkspaceIndex:
         the tokenizer (a Tokenizer is not thread-safe): pass the lock the rest of the program
         uses for it when it is shared (the daemon's folders share one); by default the index
         assumes the tokenizer is its own."""
-        self.cache = NgramCache(n_vocab)
         self.settings = settings or IndexSettings()
         self._root: Path | None = None
         self._rules: FolderRules | None = None
@@ -87,11 +124,27 @@ class WorkspaceIndex:
         self._tokenizer_lock = tokenizer_lock or threading.Lock()
         self._lock = threading.Lock()
         self._scan_lock = threading.Lock()
-        self._files = IndexedFiles(self.cache)
+        self._files = IndexedFiles(NgramCache(n_vocab))
         self._state: State = "ready"
+        # Where the saved index goes (load() sets it): without it the index stays in memory.
+        self._storage: tuple[Path, int] | None = None
+        self._table: FolderTable | None = None
+        self._view: NgramCache | WorkspaceView = self._files.cache
+        self._spool: StoreWriter | None = None
+        self._preferred: list[Path] = []
         # Per open document, its last text's pieces and their tokens (tokenize_edited_text);
         # guarded by the tokenizer lock, like every single-file update.
         self._editor_pieces: dict[Path, dict[bytes, TokenArray]] = {}
+
+    @property
+    def cache(self) -> NgramCache:
+        """The in-memory n-grams: every file's without a folder table, else the changes."""
+        return self._files.cache
+
+    def drafting(self) -> NgramCache | WorkspaceView:
+        """What drafting reads: the cache, or the folder table with the changes on top."""
+        with self._lock:
+            return self._view
 
     @property
     def root(self) -> Path | None:
@@ -100,9 +153,12 @@ class WorkspaceIndex:
 
     def status(self) -> IndexStatus:
         with self._lock:
+            table = self._table.header if self._table is not None else None
             return IndexStatus(
-                self._state, len(self._files.records), self._files.n_tokens, self.cache.n_keys,
-                len(self._files.open),
+                self._state, len(self._files.records), self._files.n_tokens,
+                self.cache.n_keys + (table["n_keys"] if table else 0), len(self._files.open),
+                memory_bytes=self._files.memory_bytes(), budget_bytes=self.settings.budget(),
+                table_files=len(self._files.table_records), table_bytes=table["file_size"] if table else 0,
             )
 
     def index_folder(
@@ -203,9 +259,13 @@ class WorkspaceIndex:
     def save(self, store_path: Path, fingerprint: int) -> int:
         """Writes every indexed file's tokens and stamps to store_path (see store.py), for a
         later load; fingerprint is the tokenizer's. Returns the number of files written.
-        OSError when it cannot be written."""
+        With a folder table the file is the table's already and is left as it is: the files
+        changed since are found changed again at the next start. OSError when it cannot be
+        written."""
         root = self._require_root()
         with self._lock:
+            if self._table is not None:
+                return 0
             records = {
                 _relative(root, key): record
                 for key, record in self._files.records.items()
@@ -219,16 +279,104 @@ class WorkspaceIndex:
         yet; a missing or unusable file adds nothing (logged). Call index_folder afterwards: it
         re-tokenizes only the files changed since. Returns the number of files added."""
         root = self._require_root()
-        records = load_records(store_path, fingerprint, self.cache.n_vocab)
+        self._storage = (store_path, fingerprint)
+        loaded = load_store(store_path, fingerprint, self.cache.n_vocab)
+        if loaded.generation and self._adopt_saved_table(root, store_path, fingerprint, loaded):
+            return len(loaded.records)
         added = 0
         with self._indexing():
-            for relative, record in records.items():
+            for relative, record in loaded.records.items():
                 key = root / relative
                 with self._lock:
                     if key not in self._files.records and key not in self._files.open:
                         self._files.put(key, record)
                         added += 1
         return added
+
+    def fold_if_over_budget(self) -> bool:
+        """Writes a new folder table when the in-memory part outgrew the budget; whether it
+        did. Call it off the event loop (it takes seconds to minutes on a large folder)."""
+        with self._lock:
+            over = self._storage is not None and self._files.memory_bytes() > self.settings.budget()
+        if not over:
+            return False
+        with self._indexing():
+            return self._fold()
+
+    def prefer(self, paths: Sequence[Path]) -> None:
+        """Scans index the files near these (open documents) first, and those of their kinds."""
+        with self._lock:
+            self._preferred = [_absolute(path) for path in paths]
+
+    # The bulk on disk
+
+    def _adopt_saved_table(self, root: Path, store_path: Path, fingerprint: int, loaded: LoadedStore) -> bool:
+        """Maps the folder table the saved store was written for: usable at once, whatever the
+        folder's size. False when it cannot be used (the store then loads into memory)."""
+        try:
+            table = FolderTable.open(
+                str(table_path_for(store_path, loaded.generation)), self.cache.n_vocab, fingerprint
+            )
+        except CacheError as error:
+            _log.warning("workspace table not used, indexing in memory: %s", error)
+            return False
+        saved = {root / relative: record for relative, record in loaded.records.items()}
+        with self._indexing(), self._lock:
+            current = {**saved, **{key: self._files.records[key] for key in self._files.open if key in self._files.records}}
+            self._install(table, saved, current)
+        return True
+
+    def _fold(self) -> bool:
+        """Writes every current file (but the open documents) to a new store and builds its folder
+        table, then drafts from that table (the caller holds the scan lock)."""
+        assert self._storage is not None
+        store_path, fingerprint = self._storage
+        root = self._require_root()
+        with self._lock:
+            spool, self._spool = self._spool, None
+            snapshot = {
+                key: record for key, record in self._files.records.items()
+                if key not in self._files.open and key not in self._files.spooled
+            }
+            spooled = set(self._files.spooled)
+        writer = spool or StoreWriter(store_path, fingerprint, new_generation())
+        try:
+            for key, record in snapshot.items():
+                writer.add(_relative(root, key), record)
+            writer.commit()
+        except BaseException:
+            writer.abandon()
+            raise
+        loaded = load_store(store_path, fingerprint, self.cache.n_vocab)
+        if loaded.generation != writer.generation:
+            return False  # replaced meanwhile by another daemon's: the next start maps that one
+        table_path = table_path_for(store_path, writer.generation)
+        build_folder_table(
+            [record.tokens for record in loaded.records.values()], str(table_path), self.cache.n_vocab,
+            fingerprint, memory_limit=max(_MIN_BUILD_BYTES, self.settings.budget() // 2),
+        )
+        table = FolderTable.open(str(table_path), self.cache.n_vocab, fingerprint)
+        saved = {root / relative: record for relative, record in loaded.records.items()}
+        with self._tokenizer_lock, self._lock:
+            current = dict(self._files.records)
+            for key, record in saved.items():
+                # Still as written: a spooled file no update replaced since, or the same record.
+                if (key in spooled and key in self._files.spooled) or (
+                    key in snapshot and current.get(key) is snapshot[key]
+                ):
+                    current[key] = record
+            old = self._table
+            self._install(table, saved, current)
+        if old is not None and old.path != str(table_path):
+            with suppress(OSError):
+                os.unlink(old.path)
+        return True
+
+    def _install(self, table: FolderTable, saved: dict[Path, FileRecord], current: dict[Path, FileRecord]) -> None:
+        """Drafting reads `table` from now on (the caller holds the lock)."""
+        self._files.adopt_table(saved, current)
+        self._table = table
+        self._view = WorkspaceView(self._files.cache, self._files.removed, table)
 
     # Scanning a folder
 
@@ -265,11 +413,29 @@ class WorkspaceIndex:
         files = self._unignored(root, listing.files, stats)
         stats.files = len(files)
         todo = self._plan(files, stats)
+        with self._lock:
+            preferred = self._preferred + sorted(self._files.open)
+        if preferred:
+            todo.sort(key=lambda item: _nearness(item[0], preferred))
         tally = Tally(stats, todo, progress)
-        if jobs > 1 and tally.bytes_total >= POOL_MIN_BYTES:
-            self._tokenize_in_pool(tokenizer.model_path, jobs, tally, cancelled)
-        else:
-            self._tokenize_here(tally, cancelled)
+        try:
+            if jobs > 1 and tally.bytes_total >= POOL_MIN_BYTES:
+                self._tokenize_in_pool(tokenizer.model_path, jobs, tally, cancelled)
+            else:
+                self._tokenize_here(tally, cancelled)
+            with self._lock:
+                fold = self._storage is not None and (
+                    self._spool is not None or self._files.memory_bytes() > self.settings.budget()
+                )
+            if fold and not stats.cancelled:
+                tally.writing()
+                self._fold()
+        finally:
+            with self._lock:
+                spool, self._spool = self._spool, None
+                self._files.spooled.clear()
+            if spool is not None:
+                spool.abandon()
         stats.seconds = time.monotonic() - started
         return stats
 
@@ -317,7 +483,22 @@ class WorkspaceIndex:
         self, path: Path, tokens: TokenArray | None, stamp: Stamp | None
     ) -> Outcome:
         with self._lock:
+            if tokens is not None and path in self._files.claims and path not in self._files.open:
+                spool = self._spool_if_full()
+                if spool is not None:
+                    record = FileRecord(tokens, stamp, None)
+                    spool.add(_relative(self._require_root(), path), record)
+                    self._files.claims.discard(path)
+                    self._files.spooled[path] = record
+                    return "updated"
             return self._files.commit_scanned(path, tokens, stamp)
+
+    def _spool_if_full(self) -> StoreWriter | None:
+        """The store the scan writes files to once the in-memory part is full (the lock held)."""
+        if self._spool is None and self._storage is not None and self._files.memory_bytes() > self.settings.budget():
+            store_path, fingerprint = self._storage
+            self._spool = StoreWriter(store_path, fingerprint, new_generation())
+        return self._spool
 
     # Single-file updates (the caller holds the tokenizer lock)
 
@@ -410,6 +591,22 @@ def _absolute(path: Path | str) -> Path:
 
 def _relative(root: Path, key: Path) -> PurePosixPath:
     return PurePosixPath(key.relative_to(root).as_posix())
+
+
+def _nearness(path: Path, preferred: list[Path]) -> tuple[int, bool, str]:
+    """Sorts files by how many folders they share with the closest preferred file (more first),
+    then those of a preferred file's kind (suffix) first."""
+    shared = max(_shared_parts(path.parent.parts, other.parent.parts) for other in preferred)
+    return -shared, path.suffix not in {other.suffix for other in preferred}, str(path)
+
+
+def _shared_parts(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _never() -> bool:

@@ -16,12 +16,14 @@ IGNORED = "ignored"
 
 @dataclass(frozen=True)
 class IndexProgress:
-    """How far index_folder's tokenizing has come: files and bytes of those to tokenize."""
+    """How far index_folder has come: files and bytes of those to tokenize, then (phase
+    "writing") the folder table of a folder larger than the memory budget."""
 
     files_done: int
     files_total: int
     bytes_done: int
     bytes_total: int
+    phase: Literal["tokenizing", "writing"] = "tokenizing"
 
 
 @dataclass
@@ -45,13 +47,18 @@ class IndexStats:
 @dataclass(frozen=True)
 class IndexStatus:
     """A snapshot of the index: its state, how many files and tokens it holds, its n-gram
-    keys (cache.n_keys) and how many documents are open in the editor."""
+    keys (in memory and in the folder table), how many documents are open in the editor, and
+    its memory against the budget."""
 
     state: State
     files: int
     tokens: int
     ngrams: int
     open_documents: int
+    memory_bytes: int = 0  # the in-memory part: caches and tokens not in the folder table
+    budget_bytes: int = 0
+    table_files: int = 0  # files the folder table on disk holds (0: none, all in memory)
+    table_bytes: int = 0
 
 
 @dataclass
@@ -81,8 +88,11 @@ class Tally:
         self.bytes_done += size
         self._report()
 
-    def _report(self) -> None:
+    def _report(self, phase: Literal["tokenizing", "writing"] = "tokenizing") -> None:
         if self.progress is not None:
             self.progress(
-                IndexProgress(self.files_done, len(self.todo), self.bytes_done, self.bytes_total)
+                IndexProgress(self.files_done, len(self.todo), self.bytes_done, self.bytes_total, phase)
             )
+
+    def writing(self) -> None:
+        self._report("writing")

@@ -1,6 +1,11 @@
-"""The bookkeeping of a WorkspaceIndex: each indexed file's record, the n-gram cache their tokens
+"""The bookkeeping of a WorkspaceIndex: each indexed file's record, the n-gram caches their tokens
 add up to, the documents open in the editor and the files a scan may still commit. Not
-thread-safe by itself: the index holds its lock around every use."""
+thread-safe by itself: the index holds its lock around every use.
+
+With a folder table (the bulk on disk), `table_records` are the versions of the files it was
+built from; `cache` counts the records that are not (changed since, new, open), and `removed`
+the table's versions of those files, so that table + cache - removed is every current record.
+Without one, `cache` counts every record and `removed` stays empty."""
 
 from __future__ import annotations
 
@@ -24,10 +29,16 @@ class IndexedFiles:
 
     def __init__(self, cache: NgramCache) -> None:
         self.cache = cache
+        self.removed = NgramCache(cache.n_vocab)
+        self.table_records: dict[Path, FileRecord] = {}
+        # Files a scan wrote straight to the next table's store (the budget was full): not
+        # drafted from until that table replaces this one, dropped from here by any update.
+        self.spooled: dict[Path, FileRecord] = {}
         self.records: dict[Path, FileRecord] = {}
         self.open: set[Path] = set()
         self.claims: set[Path] = set()
         self.n_tokens = 0
+        self.memory_tokens = 0  # tokens of records that are not the table's (held in memory)
         # Folders holding indexed files, with how many: a deleted folder's files are found
         # without visiting every file on each deletion.
         self._folders: Counter[Path] = Counter()
@@ -35,16 +46,25 @@ class IndexedFiles:
     def put(self, key: Path, record: FileRecord) -> None:
         """The file's n-grams are now record's (its old ones removed)."""
         old = self.records.get(key)
+        in_table = old is not None and old is self.table_records.get(key)
         # Added before the old tokens go: if the new ones are refused, nothing has changed.
-        if old is None:
+        if old is None or in_table:
             self.cache.add(record.tokens)
-            self._count_folders(key, 1)
         else:
             self._replace(old.tokens, record.tokens)
+        if old is None:
+            self._count_folders(key, 1)
+        else:
             self.n_tokens -= len(old.tokens)
+            if in_table:
+                self.removed.add(old.tokens)
+            else:
+                self.memory_tokens -= len(old.tokens)
         self.records[key] = record
         self.n_tokens += len(record.tokens)
+        self.memory_tokens += len(record.tokens)
         self.claims.discard(key)
+        self.spooled.pop(key, None)
 
     def _replace(self, old: TokenArray, new: TokenArray) -> None:
         """Swaps old's n-grams for new's touching only those that differ: an edit changes a
@@ -61,13 +81,43 @@ class IndexedFiles:
     def drop(self, key: Path) -> bool:
         """Removes the file's n-grams; whether it was indexed."""
         self.claims.discard(key)
+        spooled = self.spooled.pop(key, None) is not None
         old = self.records.pop(key, None)
         if old is None:
-            return False
-        self.cache.remove(old.tokens)
+            return spooled
+        if old is self.table_records.get(key):
+            self.removed.add(old.tokens)
+        else:
+            self.cache.remove(old.tokens)
+            self.memory_tokens -= len(old.tokens)
         self.n_tokens -= len(old.tokens)
         self._count_folders(key, -1)
         return True
+
+    def adopt_table(self, table_records: dict[Path, FileRecord], current: dict[Path, FileRecord]) -> None:
+        """A new folder table holds table_records; `current` are the records now (each either
+        one of table_records or newer). The caches are rebuilt, fresh objects (drafting may
+        still read the old ones), from the records the table does not hold."""
+        cache, removed = NgramCache(self.cache.n_vocab), NgramCache(self.cache.n_vocab)
+        memory_tokens = 0
+        for key, record in current.items():
+            if record is not table_records.get(key):
+                cache.add(record.tokens)
+                memory_tokens += len(record.tokens)
+        for key, record in table_records.items():
+            if current.get(key) is not record:
+                removed.add(record.tokens)
+        for key in current.keys() - self.records.keys():
+            self._count_folders(key, 1)
+        self.cache, self.removed = cache, removed
+        self.table_records, self.records = table_records, current
+        self.n_tokens = sum(len(record.tokens) for record in current.values())
+        self.memory_tokens = memory_tokens
+        self.spooled.clear()
+
+    def memory_bytes(self) -> int:
+        """What the in-memory part holds: its caches and the tokens of records not in the table."""
+        return self.cache.memory_bytes + self.removed.memory_bytes + 4 * self.memory_tokens
 
     def plan(
         self, statuses: dict[Path, os.stat_result | None], checked_ns: int, stats: IndexStats
