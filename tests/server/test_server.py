@@ -20,6 +20,8 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from folders import stdlib_folder
+
 SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
 # Shared by every server the tests start: the cost model is measured once.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
@@ -514,3 +516,18 @@ async def test_where_the_cursor_rests_the_daemon_computes_ahead(client: Language
     status = await _status(client)
     assert status["completions"]["from_cache"] == 1, "the rest's completion did not answer"
     assert status["ahead"]["served"] == 1
+
+
+@pytest.mark.asyncio
+async def test_a_folder_over_its_memory_budget_keeps_its_bulk_on_disk(client: LanguageClient, workspace: Path) -> None:
+    # The smallest budget the setting allows, and a folder that outgrows it in memory.
+    stdlib_folder(workspace / "lib", 3_000_000)
+    await _start(client, workspace, {"indexMemoryMib": 16})
+    status = await _ready(client)
+    [folder] = status["folders"]
+    index = folder["index"]
+    assert index["budget_bytes"] == 16 << 20 and index["memory_bytes"] <= index["budget_bytes"]
+    assert index["table_files"] == index["files"] == status["index"]["files"] and index["table_bytes"] > 0
+    uri = _open(client, workspace / ORDERS)
+    result = await _inline(client, uri, 17, 8)
+    assert result is not None and len(result.items) == 1 and result.items[0].insert_text.strip()

@@ -4,9 +4,6 @@ The corpus is the running interpreter's own standard library."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,34 +14,12 @@ from lookahead_lsp.base.tokenizer import POOL_MIN_BYTES, Tokenizer, tokenize_fil
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.store import store_path_for
 
+from folders import stdlib_folder
+
 FINGERPRINT = 0x5EED
 TINY = IndexSettings(memory_budget=1)  # anything indexed is over it
 
 pytestmark = pytest.mark.usefixtures("hermetic_git")
-
-
-def stdlib_folder(target: Path, min_bytes: int) -> dict[str, str]:
-    """Copies standard library modules (in a fixed order) into target until min_bytes; returns
-    their texts by relative path."""
-    library = Path(json.__file__).parent.parent
-    texts: dict[str, str] = {}
-    total = 0
-    for path in sorted(library.rglob("*.py")):
-        relative = path.relative_to(library).as_posix()
-        try:
-            text = path.read_text(encoding="utf-8", errors="strict")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if len(text.encode()) > 100_000 or "generated" in text[:300].lower() or "site-packages" in relative:
-            continue  # beyond files.py's rules for source files
-        (target / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target / relative)
-        os.utime(target / relative, ns=(1_700_000_000_000_000_000,) * 2)
-        texts[relative] = text
-        total += len(text.encode())
-        if total >= min_bytes:
-            break
-    return texts
 
 
 def truth(tokenizer: Tokenizer, texts: dict[str, str]) -> NgramCache:

@@ -35,12 +35,23 @@ def workspace_status(roots: list[Path], statuses: list[FolderStatus], model_fail
 
 
 def _folder_status(root: Path, status: FolderStatus | None) -> dict[str, Any]:
-    """A folder's root, repository cache in use, and how its watcher learns of changes
-    (watching events, or polling and why; stopped until it is indexed)."""
+    """A folder's root, repository cache in use, how its watcher learns of changes (watching
+    events, or polling and why; stopped until it is indexed), and its index: state, files,
+    memory against the budget, and the folder table on disk (table_files 0: none)."""
     if status is None:
-        return {"root": str(root), "repository_cache": None, "watcher": {"mode": "stopped", "reason": ""}}
+        return {"root": str(root), "repository_cache": None, "watcher": {"mode": "stopped", "reason": ""}, "index": None}
+    index = status.index
     return {
         "root": str(root),
         "repository_cache": str(status.repository_cache) if status.repository_cache is not None else None,
         "watcher": {"mode": status.watcher.mode, "reason": status.watcher.reason},
+        "index": {
+            "state": "indexing" if index.state == "indexing" or not status.indexed else "ready",
+            "files": index.files,
+            "tokens": index.tokens,
+            "memory_bytes": index.memory_bytes,
+            "budget_bytes": index.budget_bytes,
+            "table_files": index.table_files,
+            "table_bytes": index.table_bytes,
+        },
     }

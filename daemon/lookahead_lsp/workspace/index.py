@@ -59,10 +59,10 @@ from lookahead_lsp.workspace.rules import Content, FolderRules, Stamp, regular_s
 from lookahead_lsp.workspace.store import (
     DIGEST_BYTES,
     FileRecord,
-    LoadedStore,
     StoreWriter,
     load_store,
     new_generation,
+    peek_generation,
     save_records,
     table_path_for,
 )
@@ -276,13 +276,27 @@ class WorkspaceIndex:
 
     def load(self, store_path: Path, fingerprint: int) -> int:
         """Adds the files saved at store_path (for this tokenizer) that the index does not hold
-        yet; a missing or unusable file adds nothing (logged). Call index_folder afterwards: it
-        re-tokenizes only the files changed since. Returns the number of files added."""
+        yet; a missing or unusable file adds nothing (logged). When a folder table goes with
+        them, drafting reads the table from the moment it is mapped, before the saved file is
+        checked (which reads all of it). Call index_folder afterwards: it re-tokenizes only the
+        files changed since. Returns the number of files added."""
         root = self._require_root()
         self._storage = (store_path, fingerprint)
+        generation = peek_generation(store_path, fingerprint)
+        table = self._open_table(store_path, fingerprint, generation) if generation else None
+        if table is not None:
+            with self._lock:
+                self._table = table
+                self._view = WorkspaceView(self._files.cache, self._files.removed, table)
         loaded = load_store(store_path, fingerprint, self.cache.n_vocab)
-        if loaded.generation and self._adopt_saved_table(root, store_path, fingerprint, loaded):
-            return len(loaded.records)
+        if table is not None:
+            if loaded.generation == generation:
+                saved = {root / relative: record for relative, record in loaded.records.items()}
+                with self._indexing(), self._lock:
+                    self._install(table, saved, {**saved, **self._files.records})
+                return len(saved)
+            with self._lock:  # replaced meanwhile, or unusable: the files load into memory
+                self._table, self._view = None, self._files.cache
         added = 0
         with self._indexing():
             for relative, record in loaded.records.items():
@@ -310,21 +324,12 @@ class WorkspaceIndex:
 
     # The bulk on disk
 
-    def _adopt_saved_table(self, root: Path, store_path: Path, fingerprint: int, loaded: LoadedStore) -> bool:
-        """Maps the folder table the saved store was written for: usable at once, whatever the
-        folder's size. False when it cannot be used (the store then loads into memory)."""
+    def _open_table(self, store_path: Path, fingerprint: int, generation: int) -> FolderTable | None:
         try:
-            table = FolderTable.open(
-                str(table_path_for(store_path, loaded.generation)), self.cache.n_vocab, fingerprint
-            )
+            return FolderTable.open(str(table_path_for(store_path, generation)), self.cache.n_vocab, fingerprint)
         except CacheError as error:
             _log.warning("workspace table not used, indexing in memory: %s", error)
-            return False
-        saved = {root / relative: record for relative, record in loaded.records.items()}
-        with self._indexing(), self._lock:
-            current = {**saved, **{key: self._files.records[key] for key in self._files.open if key in self._files.records}}
-            self._install(table, saved, current)
-        return True
+            return None
 
     def _fold(self) -> bool:
         """Writes every current file (but the open documents) to a new store and builds its folder

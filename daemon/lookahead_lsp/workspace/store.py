@@ -227,6 +227,23 @@ def load_store(path: Path, fingerprint: int, n_vocab: int) -> LoadedStore:
             mapped.madvise(mmap.MADV_DONTNEED)
 
 
+def peek_generation(path: Path, fingerprint: int) -> int:
+    """The generation in the header of the store at path (0 when none goes with it, or the file
+    is missing or not a store of this tokenizer): a read of 64 bytes, before load_store checks
+    the whole file."""
+    try:
+        with open_regular_file(path, follow_symlinks=False) as (file, status):
+            header = file.read(HEADER_BYTES) if status.st_uid == os.geteuid() else b""
+    except OSError:
+        return 0
+    if len(header) < HEADER_BYTES:
+        return 0
+    magic, version, _, stored_fingerprint, _, _, _, generation = _HEADER_START.unpack_from(header)
+    if magic != MAGIC or version != FORMAT_VERSION or stored_fingerprint != fingerprint:
+        return 0
+    return int(generation)
+
+
 def _map(path: Path) -> mmap.mmap:
     with open_regular_file(path, follow_symlinks=False) as (file, status):
         if status.st_uid != os.geteuid():
