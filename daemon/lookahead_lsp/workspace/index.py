@@ -360,6 +360,7 @@ class WorkspaceIndex:
             [record.tokens for record in loaded.records.values()], str(table_path), self.cache.n_vocab,
             fingerprint, memory_limit=max(_MIN_BUILD_BYTES, self.settings.budget() // 2),
         )
+        loaded.release_pages()
         table = FolderTable.open(str(table_path), self.cache.n_vocab, fingerprint)
         saved = {root / relative: record for relative, record in loaded.records.items()}
         with self._tokenizer_lock, self._lock:
@@ -494,7 +495,7 @@ class WorkspaceIndex:
                     record = FileRecord(tokens, stamp, None)
                     spool.add(_relative(self._require_root(), path), record)
                     self._files.claims.discard(path)
-                    self._files.spooled[path] = record
+                    self._files.spooled.add(path)  # its tokens are on disk only
                     return "updated"
             return self._files.commit_scanned(path, tokens, stamp)
 

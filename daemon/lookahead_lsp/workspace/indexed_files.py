@@ -33,7 +33,7 @@ class IndexedFiles:
         self.table_records: dict[Path, FileRecord] = {}
         # Files a scan wrote straight to the next table's store (the budget was full): not
         # drafted from until that table replaces this one, dropped from here by any update.
-        self.spooled: dict[Path, FileRecord] = {}
+        self.spooled: set[Path] = set()
         self.records: dict[Path, FileRecord] = {}
         self.open: set[Path] = set()
         self.claims: set[Path] = set()
@@ -64,7 +64,7 @@ class IndexedFiles:
         self.n_tokens += len(record.tokens)
         self.memory_tokens += len(record.tokens)
         self.claims.discard(key)
-        self.spooled.pop(key, None)
+        self.spooled.discard(key)
 
     def _replace(self, old: TokenArray, new: TokenArray) -> None:
         """Swaps old's n-grams for new's touching only those that differ: an edit changes a
@@ -81,7 +81,8 @@ class IndexedFiles:
     def drop(self, key: Path) -> bool:
         """Removes the file's n-grams; whether it was indexed."""
         self.claims.discard(key)
-        spooled = self.spooled.pop(key, None) is not None
+        spooled = key in self.spooled
+        self.spooled.discard(key)
         old = self.records.pop(key, None)
         if old is None:
             return spooled

@@ -86,6 +86,14 @@ class LoadedStore:
 
     records: dict[PurePosixPath, FileRecord] = field(default_factory=dict)
     generation: int = 0
+    mapping: mmap.mmap | None = None
+
+    def release_pages(self) -> None:
+        """Drops the pages read so far from this process's memory (a pass over every token,
+        as a table build makes, would otherwise count all of them); the views read them again
+        from the page cache when used."""
+        if self.mapping is not None and len(self.mapping) and hasattr(mmap, "MADV_DONTNEED"):
+            self.mapping.madvise(mmap.MADV_DONTNEED)
 
 
 class _Unusable(Exception):
@@ -217,14 +225,12 @@ def load_store(path: Path, fingerprint: int, n_vocab: int) -> LoadedStore:
         _log.warning("cannot read the workspace index %s (%s); rebuilding it", path, error)
         return LoadedStore()
     try:
-        return _parse(mapped, fingerprint, n_vocab)
+        loaded = _parse(mapped, fingerprint, n_vocab)
     except _Unusable as error:
         _log.warning("discarding the workspace index %s: %s; rebuilding it", path, error)
         return LoadedStore()
-    finally:
-        # What was read to check it need not stay resident: the views fault pages in again.
-        if hasattr(mmap, "MADV_DONTNEED") and len(mapped):
-            mapped.madvise(mmap.MADV_DONTNEED)
+    loaded.release_pages()  # what was read to check it
+    return loaded
 
 
 def peek_generation(path: Path, fingerprint: int) -> int:
@@ -286,7 +292,7 @@ def _parse(data: mmap.mmap, fingerprint: int, n_vocab: int) -> LoadedStore:
     offset += 8 * _COLUMNS * n_files
     digests = bytes(view[offset : offset + DIGEST_BYTES * n_files])
     names = bytes(view[offset + DIGEST_BYTES * n_files :])
-    return LoadedStore(_records(columns, digests, names, tokens), generation)
+    return LoadedStore(_records(columns, digests, names, tokens), generation, data)
 
 
 def _records(
