@@ -30,10 +30,17 @@ class Daemon:
         self.client.feature(types.WINDOW_LOG_MESSAGE)(_print_log)
 
     async def start(
-        self, folders: list[Path], cache: Path, settings: dict[str, Any] | None = None, model: Path | None = None
+        self,
+        folders: list[Path],
+        cache: Path,
+        settings: dict[str, Any] | None = None,
+        model: Path | None = None,
+        wait_index: bool = True,
     ) -> None:
-        """Returns once the model is loaded and every folder indexed; SystemExit when the model
-        cannot be loaded (a benchmark has nothing to measure then)."""
+        """Returns once the model is loaded and (wait_index) every folder indexed; SystemExit
+        when the model cannot be loaded (a benchmark has nothing to measure then). Without
+        wait_index the folders may still be indexing: what an editor can do meanwhile is what
+        a benchmark of indexing measures."""
         args = ["-m", "lookahead_lsp", "serve", "--cache-dir", str(cache)]
         if not self.shared:
             args.append("--standalone")
@@ -57,7 +64,7 @@ class Daemon:
             status = await self.status()
             if status.model_state == "error":
                 raise SystemExit(f"the daemon could not load the model: {status.model_error}")
-            if status.model_state != "loading" and status.index.state == "ready":
+            if status.model_state != "loading" and (not wait_index or status.index.state == "ready"):
                 return
             await asyncio.sleep(0.2)
 
@@ -67,6 +74,27 @@ class Daemon:
         server = self.client._server
         assert server is not None, "the daemon is not started"
         return server.pid
+
+    @property
+    def process_id(self) -> int | None:
+        """As pid, but None until the process is started: a sampler started alongside start()
+        waits on it."""
+        server = self.client._server
+        return server.pid if server is not None else None
+
+    async def copy_stderr(self, path: Path) -> None:
+        """Copies what the daemon writes to stderr into path until it exits. pygls pipes the
+        daemon's stderr and reads none of it: a long run that logs warnings would fill the pipe
+        and block the daemon. Run it as a task once start() began."""
+        while self.client._server is None:
+            await asyncio.sleep(0.01)
+        stream = self.client._server.stderr
+        if stream is None:
+            return
+        with path.open("ab") as sink:
+            while chunk := await stream.read(1 << 16):
+                sink.write(chunk)
+                sink.flush()
 
     async def status(self) -> Any:
         return await self.client.protocol.send_request_async("lookahead/status", None)
