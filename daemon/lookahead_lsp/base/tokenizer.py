@@ -296,10 +296,17 @@ def _read_listed_file(path: Path) -> bytes | None:
 _worker_tokenizer: Tokenizer | None = None
 
 
+# Added to the workers' niceness (0 to 19, higher yields more).
+WORKER_NICENESS = 10
+
+
 def _start_worker(model_path: str, parent: int) -> None:
     global _worker_tokenizer
     # Ctrl-C reaches the whole process group; the parent alone handles it (it stops the pool).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Indexing yields the cores to the model: a completion asked for while a large folder is
+    # tokenized would otherwise wait for the workers.
+    os.nice(WORKER_NICENESS)
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     _worker_tokenizer = Tokenizer(model_path)
 

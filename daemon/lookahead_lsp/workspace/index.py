@@ -9,8 +9,9 @@ when rules.py's FolderRules accept it, judged once per update; open documents ar
 their editor text. A file whose real path leaves the folder (a symlink out of it) never counts,
 whether listed, reported by an event or opened.
 
-Memory: the index keeps its files' n-grams in memory up to `memory_budget` bytes. A folder
-larger than that keeps its bulk on disk: a folder table (the lookup core's mapped n-gram table,
+Memory: the index keeps its files' n-grams in memory up to half of `memory_budget` bytes (its
+hash table may double once past that, and a table build takes the rest). A folder larger than
+that keeps its bulk on disk: a folder table (the lookup core's mapped n-gram table,
 written in the background from the saved tokens, shared by every daemon of the user) plus, in
 memory, what changed since (the files the table does not hold as they are now, and the
 table's part of those files to subtract). When the changes outgrow the budget, the table is
@@ -155,7 +156,7 @@ class WorkspaceIndex:
         with self._lock:
             table = self._table.header if self._table is not None else None
             return IndexStatus(
-                self._state, len(self._files.records), self._files.n_tokens,
+                self._state, len(self._files.records) + len(self._files.spooled), self._files.n_tokens,
                 self.cache.n_keys + (table["n_keys"] if table else 0), len(self._files.open),
                 memory_bytes=self._files.memory_bytes(), budget_bytes=self.settings.budget(),
                 table_files=len(self._files.table_records), table_bytes=table["file_size"] if table else 0,
@@ -311,7 +312,7 @@ class WorkspaceIndex:
         """Writes a new folder table when the in-memory part outgrew the budget; whether it
         did. Call it off the event loop (it takes seconds to minutes on a large folder)."""
         with self._lock:
-            over = self._storage is not None and self._files.memory_bytes() > self.settings.budget()
+            over = self._storage is not None and self._full()
         if not over:
             return False
         with self._indexing():
@@ -358,7 +359,7 @@ class WorkspaceIndex:
         table_path = table_path_for(store_path, writer.generation)
         build_folder_table(
             [record.tokens for record in loaded.records.values()], str(table_path), self.cache.n_vocab,
-            fingerprint, memory_limit=max(_MIN_BUILD_BYTES, self.settings.budget() // 2),
+            fingerprint, memory_limit=max(_MIN_BUILD_BYTES, self.settings.budget() - self._locked_memory()),
         )
         loaded.release_pages()
         table = FolderTable.open(str(table_path), self.cache.n_vocab, fingerprint)
@@ -377,6 +378,10 @@ class WorkspaceIndex:
             with suppress(OSError):
                 os.unlink(old.path)
         return True
+
+    def _locked_memory(self) -> int:
+        with self._lock:
+            return self._files.memory_bytes()
 
     def _install(self, table: FolderTable, saved: dict[Path, FileRecord], current: dict[Path, FileRecord]) -> None:
         """Drafting reads `table` from now on (the caller holds the lock)."""
@@ -430,9 +435,7 @@ class WorkspaceIndex:
             else:
                 self._tokenize_here(tally, cancelled)
             with self._lock:
-                fold = self._storage is not None and (
-                    self._spool is not None or self._files.memory_bytes() > self.settings.budget()
-                )
+                fold = self._storage is not None and (self._spool is not None or self._full())
             if fold and not stats.cancelled:
                 tally.writing()
                 self._fold()
@@ -499,9 +502,14 @@ class WorkspaceIndex:
                     return "updated"
             return self._files.commit_scanned(path, tokens, stamp)
 
+    def _full(self) -> bool:
+        """Whether the in-memory part reached half the budget (the lock held): its hash table
+        may double once more, and a table build takes what is left."""
+        return self._files.memory_bytes() > self.settings.budget() // 2
+
     def _spool_if_full(self) -> StoreWriter | None:
         """The store the scan writes files to once the in-memory part is full (the lock held)."""
-        if self._spool is None and self._storage is not None and self._files.memory_bytes() > self.settings.budget():
+        if self._spool is None and self._storage is not None and self._full():
             store_path, fingerprint = self._storage
             self._spool = StoreWriter(store_path, fingerprint, new_generation())
         return self._spool
