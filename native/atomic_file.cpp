@@ -38,7 +38,7 @@ void sync_folder(const std::string& path) {
 
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path) : m_path(std::move(path)) {
+AtomicFile::AtomicFile(std::string path, unsigned mode) : m_path(std::move(path)), m_mode(mode) {
     create_temporary();
     m_buffer.reserve(k_buffer_bytes);
 }
@@ -51,7 +51,7 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::create_temporary() {
     for (int attempt = 0; attempt < k_name_attempts && m_fd < 0; ++attempt) {
         m_tmp_path = m_path + ".tmp." + random_suffix();
-        m_fd = ::open(m_tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        m_fd = ::open(m_tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, static_cast<mode_t>(m_mode));
         if (m_fd < 0 && errno != EEXIST) break;
     }
     if (m_fd < 0) {

@@ -3,8 +3,9 @@
 //
 // The temporary name ends in random bytes and is created with O_EXCL | O_NOFOLLOW, so a file or
 // symbolic link planted beside the destination is never opened, followed or overwritten (a name
-// already taken is skipped for another). It gets the mode a new file gets (0644 less the umask),
-// so it never shows more than the destination will. commit() syncs the file, renames it and
+// already taken is skipped for another). It gets `mode` less the umask (by default 0644, the mode
+// a new file gets; 0600 for a file that holds the user's code), so it never shows more than the
+// destination will. commit() syncs the file, renames it and
 // syncs the folder, so the new content survives a crash once commit() returns true.
 #pragma once
 
@@ -17,7 +18,7 @@ namespace lookup {
 
 class AtomicFile {
 public:
-    explicit AtomicFile(std::string path);
+    explicit AtomicFile(std::string path, unsigned mode = 0644);
     ~AtomicFile();  // removes the temporary file unless commit() succeeded
     AtomicFile(const AtomicFile&) = delete;
     AtomicFile& operator=(const AtomicFile&) = delete;
@@ -35,6 +36,7 @@ private:
 
     std::string m_path;
     std::string m_tmp_path;
+    unsigned m_mode;
     int m_fd = -1;
     int m_errno = 0;
     const char* m_failed = "cannot write";  // what was being done when m_errno was set

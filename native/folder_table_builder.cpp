@@ -97,7 +97,7 @@ bool build_folder_table(const std::vector<TokenView>& documents, uint32_t n_voca
         std::min(bucket_bits, ceil_log2((s.n_tokens * k_bytes_per_token + for_counting - 1) / std::max<size_t>(for_counting, 1)));
     s.partitions = 1u << partition_bits;
 
-    AtomicFile file(path);
+    AtomicFile file(path, 0600);  // the n-grams of the user's code: the user's only
     FolderTableHeader h{};
     file.write(&h, sizeof h);  // rewritten once the checksum is known
     StreamWriter stream(file, bucket_bits);

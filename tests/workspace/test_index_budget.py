@@ -124,6 +124,9 @@ def test_a_restart_maps_the_table_before_any_file_is_read(
     first.load(store, FINGERPRINT)
     first.index_folder()
     first.save(store, FINGERPRINT)
+    # Both files hold what the user's code is made of: the user's only.
+    for path in (store, *store.parent.glob("*.table")):
+        assert path.stat().st_mode & 0o077 == 0, path
     again = WorkspaceIndex(tokenizer.n_vocab, root=root, tokenizer=tokenizer, settings=TINY)
     assert again.load(store, FINGERPRINT) == len(texts)
     assert again.status().table_files == len(texts)
