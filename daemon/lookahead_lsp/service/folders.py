@@ -40,6 +40,7 @@ class WorkspaceFolders:
         self._folders: dict[Path, WorkspaceFolder] = {}  # indexed with the current tokenizer
         self._tokenizer: _IndexTokenizer | None = None
         self._tokenizer_lock = threading.Lock()
+        self._use_lock = threading.Lock()  # one use_model at a time
         self._closed = False
 
     def add(self, root: Path) -> None:
@@ -107,8 +108,13 @@ class WorkspaceFolders:
         self._open_missing()
 
     def use_model(self, model_path: Path) -> None:
-        """After a model loaded: the folders are indexed with its tokenizer (again, when
-        another model's was used)."""
+        """Once the model is known: the folders are indexed with its tokenizer (again, when
+        another model's was used). Calls run one at a time: a second for the same model only
+        opens the folders added since."""
+        with self._use_lock:
+            self._use_model(model_path)
+
+    def _use_model(self, model_path: Path) -> None:
         with self._lock:
             old = self._tokenizer
         if old is not None and old.tokenizer.model_path == model_path:

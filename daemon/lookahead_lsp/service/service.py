@@ -31,6 +31,7 @@ from lookahead_lsp.engine import (
     PromptWindows,
 )
 from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.models.resolve import resolve_model_path
 from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
 from lookahead_lsp.service.status import workspace_status
 from lookahead_lsp.service.settings import Settings, apply_update
@@ -153,9 +154,21 @@ class LookaheadService:
         """Takes the model the settings name, from the daemon's models (shared with other
         sessions that name the same) or loaded in the background; requests wait for it."""
         old = self._model
-        self._model = self.host.acquire(self._model_key(), self._model_loaded)
+        key = self._model_key()
+        self._model = self.host.acquire(key, self._model_loaded)
         if old is not None:
             self.host.release(old, self._model_loaded)
+        # The folders need only the model's vocabulary: they open (and map their saved tables)
+        # while the model loads, instead of after it.
+        threading.Thread(target=self._index_with, args=(key,), name="vocabulary", daemon=True).start()
+
+    def _index_with(self, key: ModelKey) -> None:
+        try:
+            path = resolve_model_path(None, key.model_path, asker="editor")
+        except (OSError, UserError):
+            return  # the model's own load reports it
+        if self._model is not None and self._model.key == key:
+            self.workspace.use_model(path)
 
     def _model_loaded(self, model: LoadedModel[Answer]) -> None:
         if model is not self._model:
