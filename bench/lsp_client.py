@@ -36,6 +36,7 @@ class Daemon:
         settings: dict[str, Any] | None = None,
         model: Path | None = None,
         wait_index: bool = True,
+        wait_model: bool = True,
     ) -> None:
         """Returns once the model is loaded and (wait_index) every folder indexed; SystemExit
         when the model cannot be loaded (a benchmark has nothing to measure then). Without
@@ -60,7 +61,7 @@ class Daemon:
             )
         )
         self.client.initialized(types.InitializedParams())
-        while True:
+        while wait_model:
             status = await self.status()
             if status.model_state == "error":
                 raise SystemExit(f"the daemon could not load the model: {status.model_error}")
