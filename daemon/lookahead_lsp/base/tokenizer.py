@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.base.priority import lower_this_process
 from lookahead_lsp.base.llama_log import interrupts_held_back, route_llama_log
 from lookahead_lsp.base.safe_reads import open_regular_file
 
@@ -296,17 +297,12 @@ def _read_listed_file(path: Path) -> bytes | None:
 _worker_tokenizer: Tokenizer | None = None
 
 
-# Added to the workers' niceness (0 to 19, higher yields more).
-WORKER_NICENESS = 10
-
-
 def _start_worker(model_path: str, parent: int) -> None:
     global _worker_tokenizer
     # Ctrl-C reaches the whole process group; the parent alone handles it (it stops the pool).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Indexing yields the cores to the model: a completion asked for while a large folder is
-    # tokenized would otherwise wait for the workers.
-    os.nice(WORKER_NICENESS)
+    # A completion asked for while a large folder is tokenized would otherwise wait for these.
+    lower_this_process()
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     _worker_tokenizer = Tokenizer(model_path)
 

@@ -32,6 +32,7 @@ from lookahead_lsp.engine import (
 )
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.models.resolve import resolve_model_path
+from lookahead_lsp.base.priority import lower_this_thread
 from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
 from lookahead_lsp.service.status import workspace_status
 from lookahead_lsp.service.settings import Settings, apply_update
@@ -163,6 +164,7 @@ class LookaheadService:
         threading.Thread(target=self._index_with, args=(key,), name="vocabulary", daemon=True).start()
 
     def _index_with(self, key: ModelKey) -> None:
+        lower_this_thread()  # the model loads meanwhile: it comes first
         try:
             path = resolve_model_path(None, key.model_path, asker="editor")
         except (OSError, UserError):

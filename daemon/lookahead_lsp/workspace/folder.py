@@ -29,7 +29,8 @@ from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache, Workspace
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.base.repository_cache import default_store, open_repository_cache
 from lookahead_lsp.base.safe_reads import is_inside
-from lookahead_lsp.base.tokenizer import WORKER_NICENESS, Tokenizer
+from lookahead_lsp.base.priority import lower_this_thread
+from lookahead_lsp.base.tokenizer import Tokenizer
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.index_stats import IndexProgress, IndexStatus
 from lookahead_lsp.workspace.store import store_path_for
@@ -185,7 +186,7 @@ class WorkspaceFolder:
     # -- the folder's thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        _yield_to_the_model()
+        lower_this_thread()  # indexing, and writing a folder table above all
         self._client.status_changed()  # indexing began
         try:
             self._index_once()
@@ -323,15 +324,6 @@ class WorkspaceFolder:
         if opened.store_error:
             self._client.log(logging.WARNING, f"static cache {path} read into memory: {opened.store_error}")
         self._repository, self._repository_path = opened.cache, path
-
-
-def _yield_to_the_model() -> None:
-    """Lowers this thread's priority as the tokenizer workers' (Linux takes a thread id
-    there): indexing, and writing a folder table above all, never competes with a completion."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
-    except (AttributeError, OSError):
-        pass  # another system: the thread keeps the process's priority
 
 
 def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:
