@@ -185,22 +185,22 @@ FOLDER_FUZZ_SOURCES := native/fuzz/folder_table_fuzz.cpp $(addprefix native/,fol
 	folder_table_builder.cpp workspace_layers.cpp file_bytes.cpp checksum.cpp atomic_file.cpp ngram_cache.cpp \
 	drafter.cpp static_cache.cpp static_cache_store.cpp)
 .PHONY: fuzz fuzz-libfuzzer fuzz-folder-libfuzzer
-build/fuzz/static_cache_fuzz: $(FUZZ_SOURCES) $(wildcard native/*.h)
+build/fuzz/static_cache_fuzz: $(FUZZ_SOURCES) $(wildcard native/*.h) $(wildcard native/fuzz/*.h)
 	mkdir -p build/fuzz
 	$(CXX) $(FUZZ_FLAGS) -fsanitize=address,undefined $(FUZZ_SOURCES) -o $@
-build/fuzz/folder_table_fuzz: $(FOLDER_FUZZ_SOURCES) $(wildcard native/*.h)
+build/fuzz/folder_table_fuzz: $(FOLDER_FUZZ_SOURCES) $(wildcard native/*.h) $(wildcard native/fuzz/*.h)
 	mkdir -p build/fuzz
 	$(CXX) $(FUZZ_FLAGS) -fsanitize=address,undefined $(FOLDER_FUZZ_SOURCES) -o $@
 fuzz: build/fuzz/static_cache_fuzz build/fuzz/folder_table_fuzz
 	build/fuzz/static_cache_fuzz --runs $(FUZZ_RUNS) --seed $(FUZZ_SEED)
 	build/fuzz/folder_table_fuzz --runs $$(( $(FUZZ_RUNS) / $(FOLDER_FUZZ_DIVISOR) )) --seed $(FUZZ_SEED)
-build/fuzz/static_cache_libfuzzer: $(FUZZ_SOURCES) $(wildcard native/*.h)
+build/fuzz/static_cache_libfuzzer: $(FUZZ_SOURCES) $(wildcard native/*.h) $(wildcard native/fuzz/*.h)
 	mkdir -p build/fuzz
 	clang++ $(FUZZ_FLAGS) -DLOOKUP_LIBFUZZER -fsanitize=fuzzer,address,undefined $(FUZZ_SOURCES) -o $@
 fuzz-libfuzzer: build/fuzz/static_cache_libfuzzer
 	mkdir -p build/fuzz/corpus
 	build/fuzz/static_cache_libfuzzer -runs=$(FUZZ_RUNS) -seed=$(FUZZ_SEED) -max_len=65536 -print_final_stats=1 build/fuzz/corpus
-build/fuzz/folder_table_libfuzzer: $(FOLDER_FUZZ_SOURCES) $(wildcard native/*.h)
+build/fuzz/folder_table_libfuzzer: $(FOLDER_FUZZ_SOURCES) $(wildcard native/*.h) $(wildcard native/fuzz/*.h)
 	mkdir -p build/fuzz
 	clang++ $(FUZZ_FLAGS) -DLOOKUP_LIBFUZZER -fsanitize=fuzzer,address,undefined $(FOLDER_FUZZ_SOURCES) -o $@
 fuzz-folder-libfuzzer: build/fuzz/folder_table_libfuzzer

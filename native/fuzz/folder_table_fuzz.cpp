@@ -1,10 +1,10 @@
 // A fuzzer for the folder table format (folder_table_format.h): FolderTable::open_memory, verify,
 // find, WorkspaceLayers' merge over it and drafting, over raw bytes and over structured
-// mutations of valid tables, each input placed in a guarded buffer (its last page followed by an
-// inaccessible page, the bytes between its end and that page poisoned for AddressSanitizer), so
-// that a read even one byte outside the file stops the run. The folder table is mapped from the
-// user's own cache folder, but the promise in folder_table.h is that any bytes give wrong drafts
-// at worst: this is what holds it to that.
+// mutations of valid tables, each input placed in a guarded buffer (fuzz_harness.h: its last page
+// followed by an inaccessible page, the bytes between its end and that page poisoned for
+// AddressSanitizer), so that a read even one byte outside the file stops the run. The folder
+// table is mapped from the user's own cache folder, but the promise in folder_table.h is that
+// any bytes give wrong drafts at worst: this is what holds it to that.
 //
 // An input is one flags byte and the file. Flag bit 0: before opening, set the header's
 // file_size to the file's size and recompute the checksum, so that what find() does behind a
@@ -26,38 +26,28 @@
 #include "folder_table.h"
 #include "folder_table_builder.h"
 #include "folder_table_format.h"
+#include "fuzz_harness.h"
 #include "ngram_cache.h"
 #include "workspace_layers.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <random>
 #include <string>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define LOOKUP_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOOKUP_ASAN 1
-#endif
-#endif
-#ifdef LOOKUP_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
+const char fuzz::k_name[] = "folder_table_fuzz";
 
 namespace {
 
+using fuzz::Bytes;
+using fuzz::check_message;
+using fuzz::fail;
+using fuzz::Outcome;
 using lookup::FolderTable;
 using lookup::FolderTableHeader;
 using lookup::Follower;
@@ -65,72 +55,10 @@ using lookup::FollowerSpan;
 using lookup::NgramCache;
 using lookup::NgramKey;
 using lookup::token_t;
-using Bytes = std::vector<uint8_t>;
 using Tokens = std::vector<token_t>;
 
-constexpr uint8_t k_fix_checksum = 1;
 constexpr size_t k_header = sizeof(FolderTableHeader);
 constexpr size_t k_head = lookup::k_folder_record_head;
-
-// The input being run, kept so that a failure leaves a file to replay (libFuzzer keeps its own).
-const uint8_t* g_input = nullptr;
-size_t g_input_size = 0;
-
-[[noreturn]] void fail(const char* what, const std::string& detail) {
-    std::fprintf(stderr, "folder_table_fuzz: %s: %s\n", what, detail.c_str());
-#ifndef LOOKUP_LIBFUZZER
-    if (g_input != nullptr) {
-        const std::string name = "/tmp/folder_table_fuzz-failure-" + std::to_string(::getpid()) + ".bin";
-        if (std::FILE* out = std::fopen(name.c_str(), "wb")) {
-            std::fwrite(g_input, 1, g_input_size, out);
-            std::fclose(out);
-            std::fprintf(stderr, "folder_table_fuzz: the input is in %s (replay: folder_table_fuzz %s)\n", name.c_str(),
-                         name.c_str());
-        }
-    }
-#endif
-    std::abort();
-}
-
-// `size` bytes at the start of fresh pages (so 8-byte aligned, as open_memory requires),
-// read-only once sealed, the page after them inaccessible.
-class GuardedBuffer {
-public:
-    GuardedBuffer(const uint8_t* data, size_t size) : m_size(size) {
-        const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-        m_data_pages = (size + page - 1) / page * page;
-        m_total = m_data_pages + page;
-        void* p = ::mmap(nullptr, m_total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) fail("mmap", std::strerror(errno));
-        m_base = static_cast<uint8_t*>(p);
-        if (size > 0) std::memcpy(m_base, data, size);
-        ::mprotect(m_base + m_data_pages, page, PROT_NONE);
-    }
-    ~GuardedBuffer() {
-#ifdef LOOKUP_ASAN
-        ASAN_UNPOISON_MEMORY_REGION(m_base + m_size, m_data_pages - m_size);
-#endif
-        ::munmap(m_base, m_total);
-    }
-    GuardedBuffer(const GuardedBuffer&) = delete;
-    GuardedBuffer& operator=(const GuardedBuffer&) = delete;
-
-    [[nodiscard]] uint8_t* writable() { return m_base; }
-    // Done writing: read-only from here on, the slack before the guard page poisoned.
-    const uint8_t* seal() {
-        if (m_data_pages > 0) ::mprotect(m_base, m_data_pages, PROT_READ);
-#ifdef LOOKUP_ASAN
-        ASAN_POISON_MEMORY_REGION(m_base + m_size, m_data_pages - m_size);
-#endif
-        return m_base;
-    }
-
-private:
-    uint8_t* m_base = nullptr;
-    size_t m_size = 0;
-    size_t m_data_pages = 0;
-    size_t m_total = 0;
-};
 
 void fix_checksum(uint8_t* file, size_t size) {
     if (size < k_header) return;
@@ -139,10 +67,6 @@ void fix_checksum(uint8_t* file, size_t size) {
     h.file_size = size;
     h.checksum = lookup::checksum(file + k_header, size - k_header);
     std::memcpy(file, &h, sizeof h);
-}
-
-void check_message(const std::string& error) {
-    if (error.empty() || error.find('\n') != std::string::npos) fail("bad error message", "[" + error + "]");
 }
 
 std::string describe(NgramKey key) {
@@ -266,6 +190,21 @@ uint64_t bucket_at(const uint8_t* file, const Layout& l, size_t b) {
     return v;
 }
 
+// A record's head, read from the bytes as folder_table_format.h lays it out rather than through
+// FolderTable, so that a mistake in find() is not the check's as well.
+NgramKey key_at(const uint8_t* stream, uint64_t at) {
+    NgramKey key;
+    std::memcpy(&key.lo, stream + at, 8);
+    std::memcpy(&key.hi, stream + at + 8, 8);
+    return key;
+}
+
+uint32_t n_followers_at(const uint8_t* stream, uint64_t at) {
+    uint32_t n;
+    std::memcpy(&n, stream + at + 16, 4);
+    return n;
+}
+
 struct RecordAt {
     size_t at;  // offset in the stream
     uint32_t n;
@@ -282,8 +221,7 @@ std::vector<RecordAt> records_of(const uint8_t* file, const Layout& l, size_t li
         const uint64_t begin = bucket_at(file, l, b), end = bucket_at(file, l, b + 1);
         if (begin > end || end > l.h.stream_bytes) continue;
         for (uint64_t at = begin; end - at >= k_head && out.size() < limit;) {
-            uint32_t n;
-            std::memcpy(&n, stream + at + 16, 4);
+            const uint32_t n = n_followers_at(stream, at);
             if (n > (end - at - k_head) / sizeof(Follower)) break;
             out.push_back({static_cast<size_t>(at), n});
             at += out.back().bytes();
@@ -379,11 +317,8 @@ void check_stream(const uint8_t* file, size_t size, const NgramCache& reference)
         bool first = true;
         NgramKey last{};
         while (end - at >= k_head) {
-            NgramKey key;
-            uint32_t n;
-            std::memcpy(&key.lo, stream + at, 8);
-            std::memcpy(&key.hi, stream + at + 8, 8);
-            std::memcpy(&n, stream + at + 16, 4);
+            const NgramKey key = key_at(stream, at);
+            const uint32_t n = n_followers_at(stream, at);
             at += k_head;
             if (uint64_t{n} * sizeof(Follower) > end - at) fail("seed", "a record runs past its bucket");
             if (lookup::folder_bucket(key, l.h.bucket_bits) != b) fail("seed", "key " + describe(key) + " in the wrong bucket");
@@ -416,7 +351,7 @@ void check_stream(const uint8_t* file, size_t size, const NgramCache& reference)
 // documents exactly; with pruning they must follow the layered rule over what the table kept.
 void check_seed(const Seed& seed, const lookup::FolderTableBuild& stats, std::mt19937_64& rng, uint64_t* keys_checked) {
     const size_t size = seed.input.size() - 1;
-    GuardedBuffer buffer(seed.input.data() + 1, size);
+    fuzz::GuardedBuffer buffer(seed.input.data() + 1, size);
     const uint8_t* file = buffer.seal();
     FolderTable table;
     std::string error;
@@ -508,21 +443,13 @@ void check_seed(const Seed& seed, const lookup::FolderTableBuild& stats, std::mt
 }
 
 struct Seeds {
-    std::vector<Seed> tables;
+    std::vector<Bytes> inputs;      // the seed tables, each checked against NgramCache
     std::vector<NgramKey> keys;     // real n-grams of the seed documents, to look up in any input
     std::vector<Tokens> documents;  // to draft from and to fill the added and removed layers
     uint64_t keys_checked = 0;
 };
 
 Seeds build_seeds() {
-    char folder[] = "/tmp/folder_table_fuzz.XXXXXX";
-    if (::mkdtemp(folder) == nullptr) fail("mkdtemp", std::strerror(errno));
-    const std::string path = std::string(folder) + "/seed.table";
-    auto give_up = [&](const char* what, const std::string& detail) {
-        std::remove(path.c_str());
-        ::rmdir(folder);
-        fail(what, detail);
-    };
     std::mt19937_64 rng(30);
     // 4096 bytes hold the counts of a few dozen tokens (the writer reckons 96 bytes a token, less
     // the index), so those builds take many partitions; 256 MiB takes one.
@@ -532,33 +459,33 @@ Seeds build_seeds() {
         {300, 4, 200, 2, 1 << 20, true}, {4, 2, 150, 3, 4096, false}, {300, 2, 500, 1, size_t{1} << 28, true},
     };
     Seeds seeds;
+    std::vector<Seed> tables;
     std::vector<lookup::FolderTableBuild> built;
-    for (const Shape& shape : shapes) {
-        Seed seed{{k_fix_checksum}, make_documents(shape, rng), shape.n_vocab, shape.min_count};
-        std::vector<lookup::TokenView> views;
-        for (const Tokens& d : seed.documents) views.push_back({d.data(), d.size()});
-        lookup::FolderTableBuild stats;
-        std::string error;
-        if (!lookup::build_folder_table(views, shape.n_vocab, rng(), shape.min_count, shape.memory_limit, path, &stats,
-                                        &error)) {
-            give_up("seed", error);
+    {
+        fuzz::SeedFile file("seed.table");  // gone before the checks, whose failures abort
+        for (const Shape& shape : shapes) {
+            Seed seed{{}, make_documents(shape, rng), shape.n_vocab, shape.min_count};
+            std::vector<lookup::TokenView> views;
+            for (const Tokens& d : seed.documents) views.push_back({d.data(), d.size()});
+            lookup::FolderTableBuild stats;
+            std::string error;
+            if (!lookup::build_folder_table(views, shape.n_vocab, rng(), shape.min_count, shape.memory_limit, file.path(),
+                                            &stats, &error)) {
+                file.fail("seed", error);
+            }
+            seed.input = file.input();
+            // A shape meant to split must split, or the partitioned writer goes untested.
+            if (shape.memory_limit == 4096 && stats.partitions < 2) file.fail("seed", "a small memory limit, one partition");
+            for (const Tokens& d : seed.documents) {
+                ngram_keys(d, seeds.keys);
+                if (!d.empty()) seeds.documents.push_back(d);
+            }
+            tables.push_back(std::move(seed));
+            built.push_back(stats);
         }
-        {
-            std::ifstream in(path, std::ios::binary);
-            seed.input.insert(seed.input.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        }
-        std::remove(path.c_str());
-        // A shape meant to split must split, or the partitioned writer goes untested.
-        if (shape.memory_limit == 4096 && stats.partitions < 2) give_up("seed", "a small memory limit, one partition");
-        for (const Tokens& d : seed.documents) {
-            ngram_keys(d, seeds.keys);
-            if (!d.empty()) seeds.documents.push_back(d);
-        }
-        seeds.tables.push_back(std::move(seed));
-        built.push_back(stats);
     }
-    ::rmdir(folder);  // before the checks, whose failures abort
-    for (size_t i = 0; i < seeds.tables.size(); ++i) check_seed(seeds.tables[i], built[i], rng, &seeds.keys_checked);
+    for (size_t i = 0; i < tables.size(); ++i) check_seed(tables[i], built[i], rng, &seeds.keys_checked);
+    for (Seed& t : tables) seeds.inputs.push_back(std::move(t.input));
     return seeds;
 }
 
@@ -569,8 +496,6 @@ const Seeds& seeds() {
 
 // ---------------------------------------------------------------------------------------------
 // One input.
-
-enum class Outcome { refused, opened, verified };
 
 struct Tally {
     uint64_t found = 0;    // look-ups that returned followers
@@ -645,10 +570,7 @@ Outcome exercise(const uint8_t* file, size_t size) {
         for (int i = 0; i < 24; ++i) {
             const uint64_t at = bucket_at(file, l, rng() % (l.n_buckets - 1));
             if (at > l.h.stream_bytes || l.h.stream_bytes - at < 16) continue;
-            NgramKey key;
-            std::memcpy(&key.lo, file + k_header + at, 8);
-            std::memcpy(&key.hi, file + k_header + at + 8, 8);
-            keys.push_back(key);
+            keys.push_back(key_at(file + k_header, at));
         }
     }
 
@@ -717,103 +639,31 @@ Outcome exercise(const uint8_t* file, size_t size) {
     return outcome;
 }
 
-Outcome run_one(const uint8_t* data, size_t size) {
-    g_input = data;
-    g_input_size = size;
-    if (size == 0) return Outcome::refused;
-    GuardedBuffer buffer(data + 1, size - 1);
-    if (data[0] & k_fix_checksum) fix_checksum(buffer.writable(), size - 1);
-    return exercise(buffer.seal(), size - 1);
-}
+Outcome run_one(const uint8_t* data, size_t size) { return fuzz::run_one(data, size, fix_checksum, exercise); }
 
 // ---------------------------------------------------------------------------------------------
 // Structured mutations: header fields, bucket offsets, record heads and followers, set to
 // values near the bounds find() checks; records swapped; the index rebuilt for other bucket
 // bits; the stream grown or cut with the header made to match, so that the result still opens.
 
-class Mutator {
+class Mutator : public fuzz::MutatorBase<Mutator> {
 public:
-    explicit Mutator(uint64_t seed) : m_rng(seed) {}
+    using MutatorBase::MutatorBase;
+    static constexpr size_t k_header_size = k_header;
+    static constexpr unsigned k_raw_one_in = 5;
 
-    uint64_t below(uint64_t n) { return n == 0 ? 0 : m_rng() % n; }
-    bool chance(unsigned one_in) { return below(one_in) == 0; }
-
-    // A value near `near` or a boundary.
+    // A value near `near` or a boundary, or a record head further or not quite. The record
+    // heads keep the numbers 7 and 8 they had before the choices were shared, so that a seed
+    // still gives the inputs it gave.
     uint64_t interesting(uint64_t near, uint64_t bound) {
-        switch (below(12)) {
-            case 0: return 0;
-            case 1: return 1;
-            case 2: return near + 1;
-            case 3: return near - 1;
-            case 4: return bound;
-            case 5: return bound + 1;
-            case 6: return bound - 1;
-            case 7: return near + k_head - 8 * below(3);  // a record head further, or not quite
-            case 8: return near - k_head + 8 * below(3);
-            case 9: return 0xFFFFFFFFull + below(3) - 1;
-            case 10: return ~uint64_t{0} - below(2);
-            default: return m_rng();
-        }
-    }
-
-    // Mutates `input` (flags byte + file) in place; raw byte edits when the file has no header.
-    void mutate(Bytes& input, size_t max_size) {
-        if (input.empty()) input.push_back(0);
-        const int rounds = 1 + static_cast<int>(below(3));
-        for (int r = 0; r < rounds; ++r) {
-            if (input.size() < 1 + k_header || chance(5)) {
-                raw(input, max_size);
-            } else {
-                structured(input, max_size);
-            }
-        }
-        input[0] = chance(5) ? static_cast<uint8_t>(input[0] & ~k_fix_checksum)
-                             : static_cast<uint8_t>(input[0] | k_fix_checksum);
+        const uint64_t pick = below(k_interesting + 2);
+        if (pick == 7) return near + k_head - 8 * below(3);
+        if (pick == 8) return near - k_head + 8 * below(3);
+        return interesting_at(pick < 7 ? pick : pick - 2, near, bound);
     }
 
 private:
-    template <class T>
-    T get(const Bytes& b, size_t at) {
-        T v{};
-        if (at + sizeof v <= b.size()) std::memcpy(&v, b.data() + at, sizeof v);
-        return v;
-    }
-    template <class T>
-    void put(Bytes& b, size_t at, T v) {
-        if (at + sizeof v <= b.size()) std::memcpy(b.data() + at, &v, sizeof v);
-    }
-
-    void raw(Bytes& input, size_t max_size) {
-        const size_t n = input.size();
-        switch (below(6)) {
-            case 0:
-                if (n > 1) input[1 + below(n - 1)] ^= static_cast<uint8_t>(1u << below(8));
-                break;
-            case 1:
-                if (n > 1) input[1 + below(n - 1)] = static_cast<uint8_t>(m_rng());
-                break;
-            case 2:
-                if (n > 1) input.resize(1 + below(n - 1));
-                break;
-            case 3: {
-                const size_t more = 1 + below(64);
-                if (n + more <= max_size) input.insert(input.begin() + static_cast<long>(1 + below(n)), more, 0);
-                break;
-            }
-            case 4:
-                if (n > 9) {
-                    const size_t at = 1 + below(n - 8);
-                    put<uint64_t>(input, at, interesting(get<uint64_t>(input, at), n));
-                }
-                break;
-            default:
-                if (n > 2) {  // copy a chunk over another
-                    const size_t len = 1 + below(std::min<size_t>(n - 1, 256));
-                    const size_t from = 1 + below(n - len), to = 1 + below(n - len);
-                    std::memmove(input.data() + to, input.data() + from, len);
-                }
-        }
-    }
+    friend MutatorBase;
 
     // The header rewritten for a stream of `stream_bytes` and `bits`, the index placed after it.
     static void set_layout(Bytes& input, FolderTableHeader h, uint64_t stream_bytes, uint32_t bits) {
@@ -999,8 +849,6 @@ private:
                 }
         }
     }
-
-    std::mt19937_64 m_rng;
 };
 
 }  // namespace
@@ -1011,25 +859,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifdef LOOKUP_LIBFUZZER
-extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
-
-// Half of the time libFuzzer's own byte mutations, otherwise the structured ones above; an input
-// too short to hold a header is replaced by a seed now and then, so an empty corpus starts.
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
-    Mutator mutator(seed);
-    Bytes input(data, data + size);
-    if (size < 1 + k_header && mutator.chance(2)) {
-        input = seeds().tables[mutator.below(seeds().tables.size())].input;
-    }
-    if (mutator.chance(2) && !input.empty()) {
-        const size_t n = LLVMFuzzerMutate(input.data(), input.size(), input.size());
-        input.resize(n);
-    } else {
-        mutator.mutate(input, max_size);
-    }
-    if (input.size() > max_size) input.resize(max_size);
-    std::memcpy(data, input.data(), input.size());
-    return input.size();
+    return fuzz::custom_mutate<Mutator>(data, size, max_size, seed, seeds().inputs);
 }
 
 // The seed check runs once, before the first input, rather than inside the first one's time.
@@ -1039,46 +870,15 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 #else
 int main(int argc, char** argv) {
-    uint64_t runs = 100000, seed = 1;
-    std::vector<std::string> files;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg == "--runs" && i + 1 < argc) {
-            runs = std::strtoull(argv[++i], nullptr, 10);
-        } else if (arg == "--seed" && i + 1 < argc) {
-            seed = std::strtoull(argv[++i], nullptr, 10);
-        } else {
-            files.push_back(arg);
-        }
-    }
-    if (!files.empty()) {
-        for (const std::string& name : files) {
-            std::ifstream in(name, std::ios::binary);
-            const Bytes input{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-            run_one(input.data(), input.size());
-        }
-        std::printf("folder_table_fuzz: %zu inputs replayed, none crashed\n", files.size());
-        return 0;
-    }
+    const fuzz::Options options(argc, argv);
+    if (!options.files.empty()) return fuzz::replay(options.files, run_one);
     const Seeds& s = seeds();
-    for (const Seed& t : s.tables) {
-        if (run_one(t.input.data(), t.input.size()) != Outcome::verified) fail("seed", "a built table does not verify");
-    }
-    Mutator mutator(seed);
-    uint64_t opened = 0, verified = 0;
-    for (uint64_t run = 0; run < runs; ++run) {
-        Bytes input = s.tables[mutator.below(s.tables.size())].input;
-        mutator.mutate(input, 1 << 20);
-        const Outcome outcome = run_one(input.data(), input.size());
-        opened += outcome != Outcome::refused ? 1 : 0;
-        verified += outcome == Outcome::verified ? 1 : 0;
-    }
-    std::printf("folder_table_fuzz: %zu seed tables match NgramCache (%llu look-ups); %llu inputs tried (seed %llu), "
-                "%llu opened, %llu verified, %llu look-ups found followers, %llu tokens drafted, none crashed\n",
-                s.tables.size(), static_cast<unsigned long long>(s.keys_checked),
-                static_cast<unsigned long long>(runs + s.tables.size()), static_cast<unsigned long long>(seed),
-                static_cast<unsigned long long>(opened), static_cast<unsigned long long>(verified),
-                static_cast<unsigned long long>(g_tally.found), static_cast<unsigned long long>(g_tally.drafted));
+    const fuzz::Totals totals = fuzz::mutate_seeds<Mutator>(s.inputs, options, run_one, "a built table does not verify");
+    fuzz::print_summary(totals,
+                        std::to_string(s.inputs.size()) + " seed tables match NgramCache (" +
+                            std::to_string(s.keys_checked) + " look-ups); ",
+                        ", " + std::to_string(g_tally.found) + " look-ups found followers, " +
+                            std::to_string(g_tally.drafted) + " tokens drafted");
     return 0;
 }
 #endif

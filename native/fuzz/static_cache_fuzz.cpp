@@ -1,8 +1,8 @@
 // A fuzzer for the static cache format: StaticCache::open_memory, verify, find, for_each and
 // drafting over raw bytes and over structured mutations of valid caches, each input placed in a
-// guarded buffer (its last page followed by an inaccessible page, the bytes between its end and
-// that page poisoned for AddressSanitizer), so that a read even one byte outside the file stops
-// the run.
+// guarded buffer (fuzz_harness.h: its last page followed by an inaccessible page, the bytes
+// between its end and that page poisoned for AddressSanitizer), so that a read even one byte
+// outside the file stops the run.
 //
 // An input is one flags byte and the file. Flag bit 0: before opening, set the header's
 // file_size to the file's size and recompute the checksum, so that the structural checks behind
@@ -16,6 +16,7 @@
 //     and structured mutator; an empty corpus starts from the built-in seeds.
 #include "checksum.h"
 #include "drafter.h"
+#include "fuzz_harness.h"
 #include "ngram_cache.h"
 #include "static_cache.h"
 #include "static_cache_builder.h"
@@ -23,80 +24,24 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
-#include <sys/mman.h>
-#include <unistd.h>
+#include <utility>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define LOOKUP_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOOKUP_ASAN 1
-#endif
-#endif
-#ifdef LOOKUP_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
+const char fuzz::k_name[] = "static_cache_fuzz";
 
 namespace {
 
+using fuzz::Bytes;
+using fuzz::check_message;
+using fuzz::fail;
+using fuzz::Outcome;
 using lookup::StaticCache;
 using lookup::StaticHeader;
 using lookup::StaticRecord;
-using Bytes = std::vector<uint8_t>;
-
-constexpr uint8_t k_fix_checksum = 1;
-
-[[noreturn]] void fail(const char* what, const std::string& detail) {
-    std::fprintf(stderr, "static_cache_fuzz: %s: %s\n", what, detail.c_str());
-    std::abort();
-}
-
-// `size` bytes at the start of fresh pages, read-only, the page after them inaccessible.
-class GuardedBuffer {
-public:
-    GuardedBuffer(const uint8_t* data, size_t size) : m_size(size) {
-        const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-        m_data_pages = (size + page - 1) / page * page;
-        m_total = m_data_pages + page;
-        void* p = ::mmap(nullptr, m_total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) fail("mmap", std::strerror(errno));
-        m_base = static_cast<uint8_t*>(p);
-        if (size > 0) std::memcpy(m_base, data, size);
-        ::mprotect(m_base + m_data_pages, page, PROT_NONE);
-    }
-    ~GuardedBuffer() {
-#ifdef LOOKUP_ASAN
-        ASAN_UNPOISON_MEMORY_REGION(m_base + m_size, m_data_pages - m_size);
-#endif
-        ::munmap(m_base, m_total);
-    }
-    GuardedBuffer(const GuardedBuffer&) = delete;
-    GuardedBuffer& operator=(const GuardedBuffer&) = delete;
-
-    [[nodiscard]] uint8_t* writable() { return m_base; }
-    // Done writing: read-only from here on, the slack before the guard page poisoned.
-    const uint8_t* seal() {
-        if (m_data_pages > 0) ::mprotect(m_base, m_data_pages, PROT_READ);
-#ifdef LOOKUP_ASAN
-        ASAN_POISON_MEMORY_REGION(m_base + m_size, m_data_pages - m_size);
-#endif
-        return m_base;
-    }
-
-private:
-    uint8_t* m_base = nullptr;
-    size_t m_size = 0;
-    size_t m_data_pages = 0;
-    size_t m_total = 0;
-};
 
 void fix_checksum(uint8_t* file, size_t size) {
     if (size < sizeof(StaticHeader)) return;
@@ -108,12 +53,6 @@ void fix_checksum(uint8_t* file, size_t size) {
     h.checksum = lookup::checksum(file, size);
     std::memcpy(file, &h, sizeof h);
 }
-
-void check_message(const std::string& error) {
-    if (error.empty() || error.find('\n') != std::string::npos) fail("bad error message", "[" + error + "]");
-}
-
-enum class Outcome { refused, opened, verified };
 
 // Everything a reader may do with an open cache, verified or not.
 Outcome exercise(const uint8_t* file, size_t size) {
@@ -158,20 +97,13 @@ Outcome exercise(const uint8_t* file, size_t size) {
     return Outcome::verified;
 }
 
-Outcome run_one(const uint8_t* data, size_t size) {
-    if (size == 0) return Outcome::refused;
-    GuardedBuffer buffer(data + 1, size - 1);
-    if (data[0] & k_fix_checksum) fix_checksum(buffer.writable(), size - 1);
-    return exercise(buffer.seal(), size - 1);
-}
+Outcome run_one(const uint8_t* data, size_t size) { return fuzz::run_one(data, size, fix_checksum, exercise); }
 
 // ---------------------------------------------------------------------------------------------
 // Seeds: valid caches of a few shapes, built by the real writer.
 
 std::vector<Bytes> build_seeds() {
-    char folder[] = "/tmp/static_cache_fuzz.XXXXXX";
-    if (::mkdtemp(folder) == nullptr) fail("mkdtemp", std::strerror(errno));
-    const std::string path = std::string(folder) + "/seed.cache";
+    fuzz::SeedFile file("seed.cache");
     std::mt19937_64 rng(20);
     std::vector<Bytes> seeds;
     const std::vector<std::pair<uint32_t, size_t>> shapes = {{4, 0},  {4, 1},  {4, 2},   {5, 3},   {6, 5},
@@ -186,14 +118,9 @@ std::vector<Bytes> build_seeds() {
         builder.add(doc.data(), doc.size());
         StaticHeader written;
         std::string error;
-        if (!builder.write(path, rng(), &written, &error)) fail("seed", error);
-        std::ifstream in(path, std::ios::binary);
-        Bytes seed{k_fix_checksum};
-        seed.insert(seed.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        seeds.push_back(std::move(seed));
+        if (!builder.write(file.path(), rng(), &written, &error)) file.fail("seed", error);
+        seeds.push_back(file.input());
     }
-    std::remove(path.c_str());
-    ::rmdir(folder);
     return seeds;
 }
 
@@ -201,87 +128,14 @@ std::vector<Bytes> build_seeds() {
 // Structured mutations: header fields, bucket bounds, record keys and spans, followers, set to
 // values near the boundaries the reader checks.
 
-class Mutator {
+class Mutator : public fuzz::MutatorBase<Mutator> {
 public:
-    explicit Mutator(uint64_t seed) : m_rng(seed) {}
-
-    uint64_t below(uint64_t n) { return n == 0 ? 0 : m_rng() % n; }
-    bool chance(unsigned one_in) { return below(one_in) == 0; }
-
-    // A value near `near` or a boundary.
-    uint64_t interesting(uint64_t near, uint64_t bound) {
-        switch (below(10)) {
-            case 0: return 0;
-            case 1: return 1;
-            case 2: return near + 1;
-            case 3: return near - 1;
-            case 4: return bound;
-            case 5: return bound + 1;
-            case 6: return bound - 1;
-            case 7: return 0xFFFFFFFFull + below(3) - 1;
-            case 8: return ~uint64_t{0} - below(2);
-            default: return m_rng();
-        }
-    }
-
-    // Mutates `input` (flags byte + file) in place; raw byte edits when the file has no header.
-    void mutate(Bytes& input, size_t max_size) {
-        if (input.empty()) input.push_back(0);
-        const int rounds = 1 + static_cast<int>(below(3));
-        for (int r = 0; r < rounds; ++r) {
-            if (input.size() < 1 + sizeof(StaticHeader) || chance(4)) {
-                raw(input, max_size);
-            } else {
-                structured(input, max_size);
-            }
-        }
-        input[0] = chance(5) ? static_cast<uint8_t>(input[0] & ~k_fix_checksum)
-                             : static_cast<uint8_t>(input[0] | k_fix_checksum);
-    }
+    using MutatorBase::MutatorBase;
+    static constexpr size_t k_header_size = sizeof(StaticHeader);
+    static constexpr unsigned k_raw_one_in = 4;
 
 private:
-    template <class T>
-    T get(const Bytes& b, size_t at) {
-        T v{};
-        if (at + sizeof v <= b.size()) std::memcpy(&v, b.data() + at, sizeof v);
-        return v;
-    }
-    template <class T>
-    void put(Bytes& b, size_t at, T v) {
-        if (at + sizeof v <= b.size()) std::memcpy(b.data() + at, &v, sizeof v);
-    }
-
-    void raw(Bytes& input, size_t max_size) {
-        const size_t n = input.size();
-        switch (below(6)) {
-            case 0:
-                if (n > 1) input[1 + below(n - 1)] ^= static_cast<uint8_t>(1u << below(8));
-                break;
-            case 1:
-                if (n > 1) input[1 + below(n - 1)] = static_cast<uint8_t>(m_rng());
-                break;
-            case 2:
-                if (n > 1) input.resize(1 + below(n - 1));
-                break;
-            case 3: {
-                const size_t more = 1 + below(64);
-                if (n + more <= max_size) input.insert(input.begin() + static_cast<long>(1 + below(n)), more, 0);
-                break;
-            }
-            case 4:
-                if (n > 9) {
-                    const size_t at = 1 + below(n - 8);
-                    put<uint64_t>(input, at, interesting(get<uint64_t>(input, at), n));
-                }
-                break;
-            default:
-                if (n > 2) {  // copy a chunk over another
-                    const size_t len = 1 + below(std::min<size_t>(n - 1, 256));
-                    const size_t from = 1 + below(n - len), to = 1 + below(n - len);
-                    std::memmove(input.data() + to, input.data() + from, len);
-                }
-        }
-    }
+    friend MutatorBase;
 
     void structured(Bytes& input, size_t max_size) {
         constexpr size_t h0 = 1;  // the file starts after the flags byte
@@ -384,8 +238,6 @@ private:
                 }
         }
     }
-
-    std::mt19937_64 m_rng;
 };
 
 const std::vector<Bytes>& seeds() {
@@ -401,65 +253,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifdef LOOKUP_LIBFUZZER
-extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
-
-// Half of the time libFuzzer's own byte mutations, otherwise the structured ones above; an input
-// too short to hold a header is replaced by a seed now and then, so an empty corpus starts.
 extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
-    Mutator mutator(seed);
-    Bytes input(data, data + size);
-    if (size < 1 + sizeof(StaticHeader) && mutator.chance(2)) {
-        input = seeds()[mutator.below(seeds().size())];
-    }
-    if (mutator.chance(2) && !input.empty()) {
-        input.resize(std::max(input.size(), size_t{1}));
-        const size_t n = LLVMFuzzerMutate(input.data(), input.size(), input.size());
-        input.resize(n);
-    } else {
-        mutator.mutate(input, max_size);
-    }
-    if (input.size() > max_size) input.resize(max_size);
-    std::memcpy(data, input.data(), input.size());
-    return input.size();
+    return fuzz::custom_mutate<Mutator>(data, size, max_size, seed, seeds());
 }
 #else
 int main(int argc, char** argv) {
-    uint64_t runs = 100000, seed = 1;
-    std::vector<std::string> files;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg == "--runs" && i + 1 < argc) {
-            runs = std::strtoull(argv[++i], nullptr, 10);
-        } else if (arg == "--seed" && i + 1 < argc) {
-            seed = std::strtoull(argv[++i], nullptr, 10);
-        } else {
-            files.push_back(arg);
-        }
-    }
-    if (!files.empty()) {
-        for (const std::string& name : files) {
-            std::ifstream in(name, std::ios::binary);
-            const Bytes input{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-            run_one(input.data(), input.size());
-        }
-        std::printf("static_cache_fuzz: %zu inputs replayed, none crashed\n", files.size());
-        return 0;
-    }
-    Mutator mutator(seed);
-    uint64_t opened = 0, verified = 0;
-    for (const Bytes& s : seeds()) {
-        if (run_one(s.data(), s.size()) != Outcome::verified) fail("seed", "a built cache does not verify");
-    }
-    for (uint64_t run = 0; run < runs; ++run) {
-        Bytes input = seeds()[mutator.below(seeds().size())];
-        mutator.mutate(input, 1 << 20);
-        const Outcome outcome = run_one(input.data(), input.size());
-        opened += outcome != Outcome::refused ? 1 : 0;
-        verified += outcome == Outcome::verified ? 1 : 0;
-    }
-    std::printf("static_cache_fuzz: %llu inputs tried (seed %llu), %llu opened, %llu verified, none crashed\n",
-                static_cast<unsigned long long>(runs + seeds().size()), static_cast<unsigned long long>(seed),
-                static_cast<unsigned long long>(opened), static_cast<unsigned long long>(verified));
+    const fuzz::Options options(argc, argv);
+    if (!options.files.empty()) return fuzz::replay(options.files, run_one);
+    fuzz::print_summary(fuzz::mutate_seeds<Mutator>(seeds(), options, run_one, "a built cache does not verify"), "", "");
     return 0;
 }
 #endif
