@@ -31,8 +31,6 @@ from lookahead_lsp.engine import (
     PromptWindows,
 )
 from lookahead_lsp.base.errors import UserError
-from lookahead_lsp.models.resolve import resolve_model_path
-from lookahead_lsp.base.priority import lower_this_thread
 from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
 from lookahead_lsp.service.status import workspace_status
 from lookahead_lsp.service.settings import Settings, apply_update
@@ -155,22 +153,9 @@ class LookaheadService:
         """Takes the model the settings name, from the daemon's models (shared with other
         sessions that name the same) or loaded in the background; requests wait for it."""
         old = self._model
-        key = self._model_key()
-        self._model = self.host.acquire(key, self._model_loaded)
+        self._model = self.host.acquire(self._model_key(), self._model_loaded)
         if old is not None:
             self.host.release(old, self._model_loaded)
-        # The folders need only the model's vocabulary: they open (and map their saved tables)
-        # while the model loads, instead of after it.
-        threading.Thread(target=self._index_with, args=(key,), name="vocabulary", daemon=True).start()
-
-    def _index_with(self, key: ModelKey) -> None:
-        lower_this_thread()  # the model loads meanwhile: it comes first
-        try:
-            path = resolve_model_path(None, key.model_path, asker="editor")
-        except (OSError, UserError):
-            return  # the model's own load reports it
-        if self._model is not None and self._model.key == key:
-            self.workspace.use_model(path)
 
     def _model_loaded(self, model: LoadedModel[Answer]) -> None:
         if model is not self._model:
