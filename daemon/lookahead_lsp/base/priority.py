@@ -1,6 +1,6 @@
-"""Work that must not compete with the model for the cores: indexing (the tokenizer workers, a
-folder's thread, loading the index's vocabulary) runs at a lower priority, so that a completion
-asked for meanwhile gets the cores it needs and indexing takes what is left."""
+"""Work that must not compete with the model for the cores: indexing (the tokenizer workers, each
+folder's thread) runs at a lower priority, so that a completion asked for meanwhile gets the
+cores it needs and indexing takes what is left."""
 
 from __future__ import annotations
 
