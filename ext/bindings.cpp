@@ -73,6 +73,18 @@ py::array_t<token_t> followers_copy(const lookup::FollowerSpan& span) {
     return out;
 }
 
+std::optional<lookup::NgramKey> checked_key(const std::vector<int64_t>& key, uint32_t n_vocab) {
+    if (key.empty() || key.size() > static_cast<size_t>(lookup::k_ngram_max)) {
+        throw py::value_error("a key holds 1 to 4 tokens");
+    }
+    token_t t[lookup::k_ngram_max];
+    for (size_t i = 0; i < key.size(); ++i) {
+        if (key[i] < 0 || key[i] >= n_vocab) return std::nullopt;
+        t[i] = static_cast<token_t>(key[i]);
+    }
+    return lookup::make_key(t, static_cast<int>(key.size()));
+}
+
 py::dict header_dict(const lookup::StaticHeader& h) {
     py::dict d;
     d["format_version"] = h.format_version;

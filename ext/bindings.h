@@ -23,6 +23,7 @@
 #include <shared_mutex>
 #include <stdexcept>
 #include <string>
+#include <optional>
 #include <vector>
 
 namespace py = pybind11;
@@ -117,6 +118,9 @@ struct LockedSources {
     std::shared_lock<std::shared_mutex> repository_lock;
 };
 
+// A followers() key: 1 to 4 tokens (ValueError otherwise); none, which has no followers, when a
+// token is outside the vocabulary.
+std::optional<lookup::NgramKey> checked_key(const std::vector<int64_t>& key, uint32_t n_vocab);
 py::array_t<token_t> followers_copy(const lookup::FollowerSpan& span);
 
 py::dict header_dict(const lookup::StaticHeader& h);

@@ -83,16 +83,10 @@ void bind_ngram_cache(py::module_& m) {
         .def(
             "followers",
             [](const PyNgramCache& c, std::vector<int64_t> key) {
-                if (key.empty() || key.size() > static_cast<size_t>(lookup::k_ngram_max)) {
-                    throw py::value_error("a key holds 1 to 4 tokens");
-                }
-                token_t t[lookup::k_ngram_max];
-                for (size_t i = 0; i < key.size(); ++i) {
-                    if (key[i] < 0 || key[i] >= c.n_vocab) return followers_copy({});
-                    t[i] = static_cast<token_t>(key[i]);
-                }
+                const auto k = checked_key(key, c.n_vocab);
+                if (!k) return followers_copy({});
                 std::shared_lock l(c.mutex);
-                return followers_copy(c.cache.find(lookup::make_key(t, static_cast<int>(key.size()))));
+                return followers_copy(c.cache.find(*k));
             },
             py::arg("key"))
         .def("to_arrays",
