@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from flood_bench import python_file
-from lsp_client import Daemon, write_report
+from report import write_report
+import support_path  # noqa: F401  (tests/ on sys.path, before support)
+from support.daemon import Daemon
 from lsprotocol import types
 
 from lookahead_lsp.models.resolve import resolve_model_path

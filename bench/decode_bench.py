@@ -1,17 +1,6 @@
-"""Decode benchmark: the draft modes side by side on real completion tasks in several languages,
-warm and cold, each figure set against the offline replay's oracle.
-
-Languages, from code this machine has:
-  python      the standard library of the running interpreter
-  javascript  vscode-client/node_modules (after `npm ci` there): .js .mjs .cjs .ts files,
-              neither declarations (.d.ts) nor minified bundles
-  c           lib/ and kernel/ of /usr/src/linux-source-*.tar.* (apt-get install linux-source),
-              extracted once into the cache folder; /usr/include when that is absent
-
-Tasks are drawn per language with a fixed seed: a file of 6-80 KB, a cursor at a line start
-(after the indentation) or inside a line, alternately; the text before the cursor is the
-prompt; the file's folder (its files of that language) is the workspace, with the file itself
-cut at the cursor, so no cache sees the code after it. Per model, one long-lived engine runs
+"""Decode benchmark: the draft modes side by side on real completion tasks in several languages
+(python, javascript, c: tasks.py says where each comes from and how tasks are drawn, with a
+fixed seed), warm and cold, each figure set against the offline replay's oracle. Per model, one long-lived engine runs
 every mode on every task (warm; languages interleaved, mode order rotated) for exactly
 --max-tokens tokens; figures are tokens/s after the prompt, as ratios to `none` on the task.
 
@@ -26,194 +15,47 @@ every mode on every task (warm; languages interleaved, mode order rotated) for e
     .venv/bin/python bench/decode_bench.py [--languages python,javascript,c] [--tasks 8]
         [--model FILE.gguf ...] [--no-cold] [--json OUT.json] [--upstream-bin DIR]
     .venv/bin/python bench/decode_bench.py --replay [--cost 1:1,2:1.76,4:2.4,8:3.71]
-        [--fit-priors]   # no live timing: the truth is decoded once (cached) and replayed
+        # no live timing: the truth is decoded once (cached) and replayed
+
+bench/fit_priors.py fits auto's priors on the same tasks and replay.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-import random
 import re
 import statistics
 import subprocess
 import sys
-import sysconfig
-import tarfile
 import tempfile
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from lookahead_lsp._lookup import NgramCache
-from lookahead_lsp.base.cache_files import atomic_writer, default_cache_dir
+from lookahead_lsp.base.cache_files import default_cache_dir
 from lookahead_lsp.engine import CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
-from lookahead_lsp.engine.calibration import model_identity
-from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
-from lookahead_lsp.engine.policy import AcceptanceModel, AutoPolicy, SpeculationGuard
 from lookahead_lsp.engine.prompt import stable_prefix_start
 from lookahead_lsp.engine.runtime import SAMPLING_MODES
-from lookahead_lsp.engine.replay import ReplayResult, ReplayTask, acceptance_counts, replay
 from lookahead_lsp.models.resolve import resolve_model_path
-from lookahead_lsp.base.tokenizer import TokenArray, tokenize_file_text
+from tasks import (
+    LANGUAGES,
+    Task,
+    TruthCache,
+    Workspaces,
+    corpus_root,
+    interleaved,
+    options_of,
+    parse_curve,
+    pick_tasks,
+    replay_all,
+    replay_task,
+    replay_tasks_of,
+    request_of,
+)
 
-REPO = Path(__file__).resolve().parent.parent
 MODES = ("none", "lookup", "lookahead", "auto")
-_MIN_FILE, _MAX_FILE = 6_000, 80_000
-_MAX_FOLDER_BYTES = 2_000_000
-_MAX_LINE = 300  # a longer line marks generated or minified code
-_SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__", "lib2to3", "dist", "min"}
-
-
-# -- corpora ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Language:
-    name: str
-    extensions: tuple[str, ...]
-    comments: tuple[str, ...]  # a line starting with one of these is not a task's line
-    excluded: tuple[str, ...] = ()  # file name endings that do not count
-
-    def matches(self, path: Path) -> bool:
-        name = path.name
-        return name.endswith(self.extensions) and not name.endswith(self.excluded)
-
-
-LANGUAGES = {
-    "python": Language("python", (".py",), ("#", '"', "'")),
-    "javascript": Language("javascript", (".js", ".mjs", ".cjs", ".ts"), ("//", "/*", "*"), (".d.ts", ".min.js")),
-    "c": Language("c", (".c", ".h"), ("//", "/*", "*", "#")),
-}
-
-
-def corpus_root(language: str) -> Path:
-    """Where this machine's code in `language` is; SystemExit with what to do if there is none."""
-    if language == "python":
-        return Path(sysconfig.get_paths()["stdlib"])
-    if language == "javascript":
-        root = REPO / "vscode-client" / "node_modules"
-        if not root.is_dir():
-            raise SystemExit(f"{root} is missing: cd vscode-client && npm ci --ignore-scripts --no-audit --no-fund")
-        return root
-    tarballs = sorted(Path("/usr/src").glob("linux-source-*.tar.*"))
-    if tarballs:
-        return _extracted_kernel(tarballs[-1])
-    if Path("/usr/include").is_dir():
-        return Path("/usr/include")
-    raise SystemExit("no C code: apt-get install linux-source (or C headers in /usr/include)")
-
-
-def _extracted_kernel(tarball: Path) -> Path:
-    """lib/ and kernel/ of a kernel source tarball, extracted once into the cache folder."""
-    target = default_cache_dir() / "bench-corpora" / tarball.name.split(".tar")[0]
-    done = target / ".complete"
-    if done.exists():
-        return target
-    print(f"extracting lib/ and kernel/ of {tarball} into {target} (once)", file=sys.stderr, flush=True)
-    target.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(tarball) as archive:
-        wanted = []
-        for member in archive:
-            parts = Path(member.name).parts
-            if len(parts) > 2 and parts[1] in ("lib", "kernel") and member.isfile() and ".." not in parts:
-                wanted.append(member)
-        archive.extractall(target, members=wanted, filter="data")
-    done.touch()
-    return target
-
-
-@dataclass
-class Task:
-    language: str
-    path: Path
-    cursor: int  # character offset
-    kind: str  # "line-start" or "mid-line"
-    text: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.path.parent.name}/{self.path.name}@{self.cursor} ({self.kind})"
-
-
-def _folders(root: Path, language: Language) -> Iterator[tuple[Path, list[Path]]]:
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-        files = [Path(folder) / n for n in sorted(names) if language.matches(Path(n))]
-        if len(files) >= 3 and sum(f.stat().st_size for f in files) <= _MAX_FOLDER_BYTES:
-            yield Path(folder), files
-
-
-def _usable(path: Path) -> bool:
-    if not _MIN_FILE <= path.stat().st_size <= _MAX_FILE:
-        return False
-    lines = path.read_text(errors="replace").splitlines()
-    return bool(lines) and max(len(line) for line in lines) <= _MAX_LINE
-
-
-def pick_tasks(language: Language, root: Path, n: int, seed: int) -> list[Task]:
-    rng = random.Random(f"{seed}:{language.name}")
-    files = [f for _, found in _folders(root, language) for f in found if _usable(f)]
-    if not files:
-        raise SystemExit(f"no {language.name} files of {_MIN_FILE}-{_MAX_FILE} bytes under {root}")
-    tasks: list[Task] = []
-    while len(tasks) < n:
-        path = rng.choice(files)
-        text = path.read_text(errors="replace")
-        lines = text.splitlines(keepends=True)
-        index = rng.randrange(len(lines) * 3 // 10, len(lines) * 95 // 100)
-        line = lines[index]
-        code = line.strip()
-        if len(code) < 12 or code.startswith(language.comments):
-            continue
-        start = sum(len(x) for x in lines[:index])
-        indent = len(line) - len(line.lstrip())
-        kind = "line-start" if len(tasks) % 2 == 0 else "mid-line"
-        cursor = start + indent if kind == "line-start" else start + indent + rng.randrange(3, len(code) - 3)
-        tasks.append(Task(language.name, path, cursor, kind, text))
-    return tasks
-
-
-def interleaved(per_language: dict[str, list[Task]]) -> list[Task]:
-    """Languages take turns, so that learning carried from task to task favours none of them."""
-    out: list[Task] = []
-    for i in range(max((len(t) for t in per_language.values()), default=0)):
-        out += [tasks[i] for tasks in per_language.values() if i < len(tasks)]
-    return out
-
-
-class Workspaces:
-    """Token arrays per file, tokenized once for all tasks of a folder."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._tokens: dict[Path, TokenArray] = {}
-
-    def tokens(self, path: Path) -> TokenArray:
-        if path not in self._tokens:
-            self._tokens[path] = tokenize_file_text(self.engine.tokenizer, path.read_bytes())
-        return self._tokens[path]
-
-    def cache_for(self, task: Task) -> NgramCache:
-        language = LANGUAGES[task.language]
-        cache = NgramCache(self.engine.tokenizer.n_vocab)
-        for other in sorted(task.path.parent.iterdir()):
-            if other != task.path and other.is_file() and language.matches(other):
-                cache.add(self.tokens(other))
-        cache.add(tokenize_file_text(self.engine.tokenizer, task.text[: task.cursor].encode()))
-        return cache
-
-
-def request_of(task: Task) -> CompletionRequest:
-    return CompletionRequest(task.text[: task.cursor], "", task.path.name)
-
-
-def options_of(mode: str, max_tokens: int) -> DecodeOptions:
-    return DecodeOptions(draft=mode, max_tokens=max_tokens, stop_rules=False)
 
 
 # -- live runs --------------------------------------------------------------------------------
@@ -348,50 +190,6 @@ def _decoded_speed(log: str) -> float:
 # -- replay -----------------------------------------------------------------------------------
 
 
-def replay_task(engine: Engine, task: Task, truth: list[int], workspaces: Workspaces, max_tokens: int) -> ReplayTask:
-    prompt = engine.build_prompt(request_of(task), options_of("auto", max_tokens))
-    return ReplayTask(
-        task.name, Path(task.path.name).suffix, engine.tokenizer.n_vocab, list(prompt.sources), prompt.tokens,
-        truth, workspace=workspaces.cache_for(task),
-    )
-
-
-def replay_all(tasks: list[ReplayTask], curve: CostModel) -> list[ReplayResult]:
-    """auto from a fresh install's priors, learning across the tasks in order, and the oracle."""
-    policy = AutoPolicy(AcceptanceModel(), OnlineCost(curve), SpeculationGuard())
-    return [replay(task, policy, curve) for task in tasks]
-
-
-def parse_curve(text: str) -> CostModel:
-    """"1:1,2:1.76,4:2.4": pass cost by positions, relative to one position."""
-    pairs = sorted((int(a), float(b)) for a, b in (item.split(":") for item in text.split(",")))
-    if not pairs or pairs[0][0] != 1:
-        raise SystemExit("--cost needs a size 1 entry, e.g. 1:1,2:1.76,4:2.4,8:3.71")
-    return CostModel(tuple(s for s, _ in pairs), tuple(m for _, m in pairs))
-
-
-class TruthCache:
-    """Greedy truths decoded once per model, task and length (a JSON file), so that replays of
-    other policies or curves cost no model time."""
-
-    def __init__(self, path: Path, model: Path, max_tokens: int) -> None:
-        self.path = path
-        identity = json.dumps(model_identity(model), sort_keys=True)
-        self.prefix = hashlib.sha256(identity.encode()).hexdigest()[:12] + f":{max_tokens}:"
-        try:
-            self.entries: dict[str, list[int]] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            self.entries = {}
-
-    def get(self, task: Task) -> list[int] | None:
-        return self.entries.get(self.prefix + f"{task.path}@{task.cursor}")
-
-    def put(self, task: Task, tokens: list[int]) -> None:
-        self.entries[self.prefix + f"{task.path}@{task.cursor}"] = tokens
-        with atomic_writer(self.path) as out:
-            out.write(json.dumps(self.entries).encode())
-
-
 # -- report -----------------------------------------------------------------------------------
 
 
@@ -509,16 +307,7 @@ def live(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Pa
 def replay_only(args: argparse.Namespace, model: Path, tasks: list[Task], cache_dir: Path) -> dict[str, object]:
     engine = Engine(EngineSettings(model, n_ctx=4096, n_threads=args.threads, cache_dir=cache_dir, sampling=args.sampling))
     truths = TruthCache(args.truth or default_cache_dir() / "bench-truth.json", model, args.max_tokens)
-    workspaces = Workspaces(engine)
-    replay_tasks: list[ReplayTask] = []
-    for task in tasks:
-        truth = truths.get(task)
-        if truth is None:
-            engine.previous = None
-            truth = engine.complete(request_of(task), options_of("none", args.max_tokens), DraftCaches()).tokens
-            truths.put(task, truth)
-            print(f"truth decoded: {task.name}", file=sys.stderr, flush=True)
-        replay_tasks.append(replay_task(engine, task, truth, workspaces, args.max_tokens))
+    replay_tasks = replay_tasks_of(engine, tasks, truths, args.max_tokens)
     curve = engine.cost_curve() if args.cost == "measured" else parse_curve(args.cost)
     engine.close()
     results = replay_all(replay_tasks, curve)
@@ -541,31 +330,7 @@ def replay_only(args: argparse.Namespace, model: Path, tasks: list[Task], cache_
             f" {_median(auto) / _median(best):>11.3f} {per_pass:>8.2f}"
         )
     out: dict[str, object] = {"languages": summaries, "tasks": [asdict(r) for r in results]}
-    if args.fit_priors:
-        out["priors"] = print_priors(replay_tasks, tasks)
     return out
-
-
-def print_priors(replay_tasks: list[ReplayTask], tasks: list[Task]) -> dict[str, object]:
-    """Acceptance per kind of evidence over all languages (as a literal for policy.py), and per
-    language to show how far they differ."""
-    pooled = acceptance_counts(replay_tasks)
-    by_language = {
-        language: acceptance_counts([r for r, t in zip(replay_tasks, tasks) if t.language == language])
-        for language in sorted({t.language for t in tasks})
-    }
-    # Buckets seen at least 30 times; never quite certain, so that a prior leaves room to learn.
-    fitted = {k: round(min(0.99, a / n), 3) for k, (a, n) in sorted(pooled.items()) if n >= 30}
-    print("\n# (source, n-gram, count bucket, share bucket): acceptance  [tried]  per language")
-    print("FITTED_PRIORS: dict[BucketKey, float] = {")
-    for key, p in fitted.items():
-        spread = " ".join(
-            f"{lang[:2]} {c[key][0] / c[key][1]:.2f}/{c[key][1]}" if key in c else f"{lang[:2]} -"
-            for lang, c in by_language.items()
-        )
-        print(f"    {key}: {p},  # n={pooled[key][1]}; {spread}")
-    print("}")
-    return {str(k): v for k, v in fitted.items()}
 
 
 def main() -> int:
@@ -591,7 +356,6 @@ def main() -> int:
     )
     parser.add_argument("--cost", default="measured", help="replay's curve: measured, or e.g. 1:1,2:1.76,4:2.4,8:3.71")
     parser.add_argument("--truth", type=Path, help="replay: the file that keeps decoded truths")
-    parser.add_argument("--fit-priors", action="store_true", help="replay: print the acceptance priors these tasks fit")
     parser.add_argument("--json", type=Path, help="also write every figure here")
     parser.add_argument("--cold-task", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -28,7 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lsp_client import Daemon, end_of, items_of, plain, write_report
+from report import write_report
+import support_path  # noqa: F401  (tests/ on sys.path, before support)
+from support.daemon import Daemon, end_of, items_of, plain
 from lsprotocol import types
 
 

@@ -86,7 +86,8 @@ from typing import Any, Sequence
 import numpy as np
 import numpy.typing as npt
 from cluster_build_bench import make_slice
-from lsp_client import Daemon, end_of, items_of, plain
+import support_path  # noqa: F401  (tests/ on sys.path, before support)
+from support.daemon import Daemon, end_of, items_of, plain
 
 from lookahead_lsp._lookup import NgramCache, WorkspaceView, draft
 from lookahead_lsp.base.cache_files import default_cache_dir

@@ -30,8 +30,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from decode_bench import LANGUAGES, Task, corpus_root, pick_tasks
-from lsp_client import Daemon, end_of, write_report
+from tasks import LANGUAGES, Task, corpus_root, pick_tasks
+from report import write_report
+import support_path  # noqa: F401  (tests/ on sys.path, before support)
+from support.daemon import Daemon, end_of
 
 
 @dataclass

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lsp_client import Daemon, items_of, plain, write_report
+from report import write_report
+import support_path  # noqa: F401  (tests/ on sys.path, before support)
+from support.daemon import Daemon, items_of, plain
 from lsprotocol import types
 
 from lookahead_lsp.models.resolve import resolve_model_path

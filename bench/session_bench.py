@@ -51,8 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from decode_bench import LANGUAGES, Task, corpus_root, pick_tasks
-from lsp_client import Daemon, end_of, items_of, plain, write_report
+from tasks import LANGUAGES, Task, corpus_root, pick_tasks
+from report import write_report
+import support_path  # noqa: F401  (tests/ on sys.path, before support)
+from support.daemon import Daemon, end_of, items_of, plain
 
 from lookahead_lsp.models.resolve import resolve_model_path
 

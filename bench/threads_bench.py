@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from decode_bench import LANGUAGES, corpus_root, pick_tasks, request_of
-from lsp_client import write_report
+from tasks import LANGUAGES, corpus_root, pick_tasks, request_of
+from report import write_report
 
 from lookahead_lsp.engine import DecodeOptions, Engine, EngineSettings
 from lookahead_lsp.engine.threads import cores

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_gguf import write_tiny_gguf
+from support.tiny_gguf import write_tiny_gguf
 
 import lookahead_lsp
 

@@ -12,7 +12,7 @@ from typing import Iterator
 import llama_cpp
 import pytest
 
-from tiny_gguf import (
+from support.tiny_gguf import (
     EOS_TEXT,
     FIM_MID_TEXT,
     FIM_PRE_TEXT,

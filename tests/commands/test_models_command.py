@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiny_gguf import write_tiny_gguf
+from support.tiny_gguf import write_tiny_gguf
 
 from lookahead_lsp.models import catalogue
 from lookahead_lsp.models.gguf_header import GgufError, read_header

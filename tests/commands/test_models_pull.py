@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from hf_server import FakeHub, ServedFile, fake_hub
-from tiny_gguf import write_tiny_gguf
+from support.hf_server import FakeHub, ServedFile, fake_hub
+from support.tiny_gguf import write_tiny_gguf
 
 from lookahead_lsp.models import catalogue
 

@@ -13,8 +13,10 @@ import llama_cpp
 import pytest
 
 from lookahead_lsp._lookup import NgramCache
-from lookahead_lsp.engine import DRAFT_MODES, Completion, CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
+from lookahead_lsp.engine import DRAFT_MODES, Completion, CompletionRequest, DecodeOptions, DraftCaches, Engine
 from lookahead_lsp.base.tokenizer import tokenize_file_text
+
+from support.engines import engine_on
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # (file, a line whose start is the cursor): code that repeats itself, so that drafts are accepted.
@@ -24,14 +26,10 @@ TASKS = [("json/encoder.py", "        if _indent is not None:"), ("csv.py", "   
 NEAR_TIE = 0.5
 
 
-def _engine(model_path: Path, cache_dir: Path, sampling: str) -> Engine:
-    return Engine(EngineSettings(model_path, n_ctx=2048, n_threads=2, cache_dir=cache_dir, sampling=sampling))
-
-
 @pytest.fixture(scope="module")
 def engines(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Engine]]:
-    backend = _engine(model_path, tmp_path_factory.mktemp("backend"), "backend")
-    host = _engine(model_path, tmp_path_factory.mktemp("host"), "host")
+    backend = engine_on(model_path, tmp_path_factory.mktemp("backend"), 2048, threads=2, sampling="backend")
+    host = engine_on(model_path, tmp_path_factory.mktemp("host"), 2048, threads=2, sampling="host")
     yield backend, host
     backend.close()
     host.close()
@@ -98,7 +96,7 @@ def test_healed_and_traced_completions_on_the_backend_path_bring_their_logits_ba
 
 
 def test_auto_takes_the_argmax_on_the_host_where_the_model_runs_on_the_cpu(model_path: Path, tmp_path: Path) -> None:
-    engine = _engine(model_path, tmp_path, "auto")
+    engine = engine_on(model_path, tmp_path, 2048, threads=2)
     try:
         assert engine.sampling == ("host" if engine.backend == "CPU" else "backend")
     finally:

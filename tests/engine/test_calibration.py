@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lookahead_lsp.engine import CompletionRequest, DecodeOptions, Engine, EngineSettings
+from lookahead_lsp.engine import CompletionRequest, DecodeOptions, Engine
 from lookahead_lsp.engine.calibration import (
     Calibration,
     CalibrationError,
@@ -21,14 +21,11 @@ from lookahead_lsp.engine.calibration import (
     model_identity,
 )
 from lookahead_lsp.engine.policy import AcceptanceBucket, GuardState
-from tiny_gguf import write_tiny_gguf
+from support.engines import engine_on
+from support.tiny_gguf import write_tiny_gguf
 
 # Repetitive text: the context cache drafts from the first pass on.
 REPETITIVE = CompletionRequest("def f(x):\n    return x\n" * 20, "\n", "a.py")
-
-
-def _engine(model: Path, cache_dir: Path) -> Engine:
-    return Engine(EngineSettings(model, n_ctx=512, n_threads=1, cache_dir=cache_dir))
 
 
 def _auto(engine: Engine, key: str | None = None, max_tokens: int = 24) -> int:
@@ -45,7 +42,7 @@ def model(tmp_path: Path) -> Path:
 
 def test_what_auto_learnt_is_there_after_a_restart(model: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    first = _engine(model, cache)
+    first = engine_on(model, cache)
     try:
         assert _auto(first) > 0
         policy = first.auto_policy()
@@ -57,7 +54,7 @@ def test_what_auto_learnt_is_there_after_a_restart(model: Path, tmp_path: Path) 
         first.close()
     (saved,) = cache.glob("calibration-*.json")
     assert json.loads(saved.read_text())["version"] == 1
-    second = _engine(model, cache)
+    second = engine_on(model, cache)
     try:
         again = second.auto_policy()
         for key, (accepted, tried) in learnt.items():
@@ -85,14 +82,14 @@ def test_a_damaged_calibration_is_ignored_with_one_log_line(
     model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: object
 ) -> None:
     cache = tmp_path / "cache"
-    engine = _engine(model, cache)
+    engine = engine_on(model, cache)
     _auto(engine)
     engine.close()
     (saved,) = cache.glob("calibration-*.json")
     assert callable(damage)
     saved.write_text(damage(saved.read_text()))
     with caplog.at_level(logging.WARNING):
-        engine = _engine(model, cache)
+        engine = engine_on(model, cache)
     try:
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warnings) == 1 and "calibration ignored" in warnings[0].getMessage()
@@ -105,7 +102,7 @@ def test_a_damaged_calibration_is_ignored_with_one_log_line(
 
 def test_the_first_request_after_a_start_obeys_the_guard(model: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    engine = _engine(model, cache)
+    engine = engine_on(model, cache)
     try:
         # Speculative passes of this key took far longer per token than plain ones.
         plain = engine.auto_policy().cost.pass_ms(1)
@@ -113,7 +110,7 @@ def test_the_first_request_after_a_start_obeys_the_guard(model: Path, tmp_path: 
             engine.auto_policy().guard.record("slow-here", 100 * plain, 2, plain)
     finally:
         engine.close()
-    restarted = _engine(model, cache)
+    restarted = engine_on(model, cache)
     try:
         # Eight passes at most: too few for a probe, every pass is plain.
         assert _auto(restarted, "slow-here", max_tokens=8) == 0

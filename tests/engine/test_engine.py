@@ -30,7 +30,8 @@ from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import mid_word
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.base.tokenizer import tokenize_file_text
-from tiny_gguf import write_tiny_gguf
+from support.engines import engine_on
+from support.tiny_gguf import write_tiny_gguf
 
 # A margin of the plain run's top two logits below which batch-shape noise may flip the argmax.
 NEAR_TIE = 0.5
@@ -47,8 +48,7 @@ SPECULATIVE_MODES = ("lookup", "lookahead", "auto")
 
 @pytest.fixture(scope="module")
 def engine(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    settings = EngineSettings(model_path, n_ctx=2048, cache_dir=tmp_path_factory.mktemp("cost"))
-    loaded = Engine(settings)
+    loaded = engine_on(model_path, tmp_path_factory.mktemp("cost"), 2048, threads=None)
     yield loaded
     loaded.close()
 
@@ -291,7 +291,7 @@ def test_cost_model_is_measured_once_and_cached(engine: Engine) -> None:
 def tiny_fim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     folder = tmp_path_factory.mktemp("tiny")
     info = write_tiny_gguf(folder / "tiny-fim.gguf", fim=True, repo_and_file_tokens=True)
-    loaded = Engine(EngineSettings(info.path, n_ctx=512, n_threads=1, cache_dir=folder))
+    loaded = engine_on(info.path, folder)
     yield loaded
     loaded.close()
 

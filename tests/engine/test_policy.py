@@ -22,7 +22,7 @@ from lookahead_lsp.engine.policy import (
 )
 from lookahead_lsp.engine.runtime import ModelRuntime, RuntimeSettings
 from lookahead_lsp.engine.tree import DraftTree
-from tiny_gguf import write_tiny_gguf
+from support.tiny_gguf import write_tiny_gguf
 
 # The 2-core CPU curve of the reference: 2 positions cost 1.76 passes, 4 cost 2.40, 8 cost 3.71.
 CPU = CostModel((1, 2, 3, 4, 8, 16), (1.0, 1.76, 2.16, 2.40, 3.71, 5.93))

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp import _lookup
-from caches import native_cache, native_static
-from reference_lookup import (
+from support.caches import native_cache, native_static
+from support.reference_lookup import (
     LAX_MIN_PERCENT,
     LAX_MIN_SAMPLE,
     STRICT_MIN_PERCENT,

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp import _lookup
-from caches import vocab_and_docs
-from reference_lookup import (
+from support.caches import vocab_and_docs
+from support.reference_lookup import (
     RefCache,
     Vocab,
     padded,

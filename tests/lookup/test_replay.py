@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp import _lookup
-from caches import native_cache, native_static
-from reference_lookup import (
+from support.caches import native_cache, native_static
+from support.reference_lookup import (
     RefCache,
     Vocab,
     ref_cache_from_docs,

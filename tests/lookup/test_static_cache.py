@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lookahead_lsp import _lookup
-from caches import native_cache, vocab_and_docs
-from reference_lookup import (
+from support.caches import native_cache, vocab_and_docs
+from support.reference_lookup import (
     STDLIB_DIR,
     RefCache,
     Vocab,

@@ -8,11 +8,9 @@ daemon dropped the suffix."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,8 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lookahead_lsp.base.tokenizer import Tokenizer
-from test_server import _status
-from tiny_gguf import write_tiny_gguf
+from support.daemon import status_of, until_ready
+from support.tiny_gguf import write_tiny_gguf
 
 # A cache folder of these tests' own: the cost model of the tiny model is measured once.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-fim-test-cache"
@@ -60,10 +58,7 @@ async def _start(client: LanguageClient, root: Path, settings: dict[str, Any]) -
             initialization_options=options,
         )
     )
-    deadline = time.monotonic() + 60
-    while (status := await _status(client))["model_state"] == "loading" or status["index"]["state"] != "ready":
-        assert time.monotonic() < deadline, "the daemon did not get ready in time"
-        await asyncio.sleep(0.05)
+    status = await until_ready(client)
     assert status["model_state"] == "ready", status["model_error"]
 
 
@@ -96,7 +91,7 @@ async def _completions(client: LanguageClient, root: Path) -> list[dict[str, Any
             )
         )
         assert isinstance(result, types.InlineCompletionList) and len(result.items) == 1
-        last = (await _status(client))["last"]
+        last = (await status_of(client))["last"]
         # What the editor shows is what the model computed: its line, completed.
         assert result.items[0].insert_text == lines[-1] + last["text"]
         answers.append(last)

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_lsp
@@ -19,11 +16,9 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
+from support.daemon import STANDALONE_SERVE, status_of, until_ready
 
-# Shared with the other server tests: the cost model is measured once.
-CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
-SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--standalone", "--log-level", "info", "--cache-dir", str(CACHE)]
-CONFIG = ClientServerConfig(server_command=SERVER, server_env=dict(os.environ))
+CONFIG = ClientServerConfig(server_command=STANDALONE_SERVE, server_env=dict(os.environ))
 EDITS = 10
 # What a user notices as the editor hanging: the status request stands for any request.
 ANSWER_S = 0.2
@@ -37,13 +32,9 @@ async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
         await lsp_client.shutdown_session()
 
 
-async def _status(client: LanguageClient) -> Any:
-    return await client.protocol.send_request_async("lookahead/status", None)  # type: ignore[no-untyped-call]  # pygls: unannotated
-
-
 async def _until_tokens(client: LanguageClient, tokens: int) -> None:
     deadline = time.monotonic() + WAIT_S
-    while (await _status(client)).index.tokens != tokens:
+    while (await status_of(client))["index"]["tokens"] != tokens:
         assert time.monotonic() < deadline, f"the index never held {tokens} tokens"
         await asyncio.sleep(0.05)
 
@@ -67,12 +58,9 @@ async def test_edits_of_a_large_document_leave_the_server_answering(
             workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
         )
     )
-    deadline = time.monotonic() + WAIT_S
-    while (status := await _status(client)).model_state == "loading" or status.index.state != "ready":
-        assert time.monotonic() < deadline, "the server never got ready"
-        await asyncio.sleep(0.05)
-    assert status.model_state == "ready"
-    disk_tokens = status.index.tokens
+    status = await until_ready(client, WAIT_S)
+    assert status["model_state"] == "ready"
+    disk_tokens = status["index"]["tokens"]
 
     def tokens_of(text: str) -> int:
         return len(tokenize_file_text(tokenizer, text.encode()))
@@ -101,7 +89,7 @@ async def test_edits_of_a_large_document_leave_the_server_answering(
         )
         text = inserted + text
     began = time.monotonic()
-    await _status(client)
+    await status_of(client)
     waited = time.monotonic() - began
     assert waited < ANSWER_S, f"the status waited {waited:.3f} s behind {EDITS} edits"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lsp_peer import Peer, frame, initialize, no_model_env, request, serve_command
+from support.lsp_peer import Peer, frame, initialize, no_model_env, request, serve_command
 
 URI = "file:///nowhere/a.py"
 

@@ -18,7 +18,7 @@ import pytest
 
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.commands.serve import parse_listen_address
-from lsp_peer import Peer, initialize, no_model_env, wait_for_line
+from support.lsp_peer import Peer, initialize, no_model_env, wait_for_line
 
 SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
 

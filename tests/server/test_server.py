@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -20,12 +18,12 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from folders import stdlib_folder
+from support.daemon import STANDALONE_SERVE, TEST_CACHE, inline, insert, open_document, plain, status_of, until, until_ready
+from support.folders import stdlib_folder
 
 SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
-# Shared by every server the tests start: the cost model is measured once.
-CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
-SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--standalone", "--log-level", "info", "--cache-dir", str(CACHE)]
+CACHE = TEST_CACHE
+SERVER = STANDALONE_SERVE
 CONFIG = ClientServerConfig(server_command=SERVER, server_env=dict(os.environ))
 # pygls leaves send_request_async and client.feature unannotated, pytest-lsp its fixture
 # decorator: the lines that use them carry a targeted type: ignore.
@@ -61,70 +59,19 @@ async def _start(client: LanguageClient, root: Path, options: dict[str, Any] | N
     )
 
 
-async def _status(client: LanguageClient) -> dict[str, Any]:
-    result = await client.protocol.send_request_async("lookahead/status", None)  # type: ignore[no-untyped-call]
-    status: dict[str, Any] = _plain(result)
-    return status
-
-
-def _plain(value: Any) -> Any:
-    """A status object as plain dicts (pygls hands back named tuples)."""
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-async def _until(check: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
-
-
-async def _ready(client: LanguageClient) -> dict[str, Any]:
-    async def ready() -> bool:
-        status = await _status(client)
-        return bool(status["model_state"] != "loading" and status["index"]["state"] == "ready")
-
-    await _until(ready)
-    return await _status(client)
-
-
 def _open(client: LanguageClient, path: Path, text: str | None = None) -> str:
+    """Opens path as Python, with its file's text unless text is given."""
     uri = path.as_uri()
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(
-                uri=uri, language_id="python", version=1, text=path.read_text() if text is None else text
-            )
-        )
-    )
+    open_document(client, uri, "python", path.read_text() if text is None else text)
     return uri
 
 
 def _insert(client: LanguageClient, uri: str, version: int, line: int, character: int, text: str) -> None:
-    at = types.Position(line=line, character=character)
-    client.text_document_did_change(
-        types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=text)],
-        )
-    )
+    insert(client, uri, version, types.Position(line=line, character=character), text)
 
 
 def _inline(client: LanguageClient, uri: str, line: int, character: int) -> Awaitable[Any]:
-    return client.text_document_inline_completion_async(
-        types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
-            position=types.Position(line=line, character=character),
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
-        )
-    )
+    return inline(client, uri, types.Position(line=line, character=character))
 
 
 @pytest_lsp.fixture(config=CONFIG)  # type: ignore[untyped-decorator]
@@ -137,7 +84,7 @@ async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
 @pytest.mark.asyncio
 async def test_inline_completions_while_typing(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace)
-    status = await _ready(client)
+    status = await until_ready(client)
     assert status["model_state"] == "ready" and status["model"].endswith(".gguf")
     assert status["index"]["files"] == 2 and status["index"]["tokens"] > 0
     # Indexing reported work-done progress, begin to end.
@@ -153,7 +100,7 @@ async def test_inline_completions_while_typing(client: LanguageClient, workspace
     assert item.insert_text.strip() and item.range is not None
     assert item.range.end == types.Position(line=17, character=8)
     # The status shows the suggestion the model computed last: this one, after the typed line.
-    suggestion = (await _status(client))["last"]["text"]
+    suggestion = (await status_of(client))["last"]["text"]
     assert item.insert_text == " " * 8 + suggestion
     # Type the first characters of the suggestion (on its first line, leaving some of it): the
     # suggestion cache answers the rest, and the editor shows the same line as before.
@@ -162,7 +109,7 @@ async def test_inline_completions_while_typing(client: LanguageClient, workspace
     again = await _inline(client, uri, 17, 8 + len(first))
     assert again is not None and len(again.items) == 1
     assert again.items[0].insert_text == " " * 8 + suggestion
-    status = await _status(client)
+    status = await status_of(client)
     assert status["completions"]["from_cache"] == 1
     assert status["last"]["tokens"] > 0 and "tokens_per_s" in status["last"]
 
@@ -170,25 +117,25 @@ async def test_inline_completions_while_typing(client: LanguageClient, workspace
 @pytest.mark.asyncio
 async def test_rebuild_index_tokenizes_every_file_again(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace)
-    await _ready(client)
+    await until_ready(client)
     (workspace / "shop" / "extra.py").write_text("VALUE = 1\n")
-    await _until(lambda: _files_indexed(client, 3))
+    await until(lambda: _files_indexed(client, 3))
     client.log_messages.clear()
     assert await client.protocol.send_request_async("lookahead/rebuildIndex", {}) is None  # type: ignore[no-untyped-call]
-    status = await _ready(client)
+    status = await until_ready(client)
     assert status["index"]["files"] == 3
     indexed = [m.message for m in client.log_messages if m.message.startswith("indexed ")]
     assert indexed and "3 files (3 tokenized, 0 unchanged)" in indexed[-1]
 
 
 async def _files_indexed(client: LanguageClient, files: int) -> bool:
-    return bool((await _status(client))["index"]["files"] == files)
+    return bool((await status_of(client))["index"]["files"] == files)
 
 
 @pytest.mark.asyncio
 async def test_completion_fallback_item(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace)
-    await _ready(client)
+    await until_ready(client)
     uri = _open(client, workspace / ORDERS)
     result = await client.text_document_completion_async(
         types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=17, character=8))
@@ -201,7 +148,7 @@ async def test_completion_fallback_item(client: LanguageClient, workspace: Path)
 @pytest.mark.asyncio
 async def test_unsaved_document_gets_completions(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace)
-    await _ready(client)
+    await until_ready(client)
     uri = "untitled:Untitled-1"  # a new editor tab, never saved: no path, no workspace folder
     text = (workspace / ORDERS).read_text()
     client.text_document_did_open(
@@ -211,13 +158,13 @@ async def test_unsaved_document_gets_completions(client: LanguageClient, workspa
     )
     result = await _inline(client, uri, 17, 8)
     assert result is not None and len(result.items) == 1 and result.items[0].insert_text.strip()
-    assert (await _status(client))["index"]["files"] == 2  # nothing of it entered the index
+    assert (await status_of(client))["index"]["files"] == 2  # nothing of it entered the index
 
 
 @pytest.mark.asyncio
 async def test_newer_request_supersedes_older(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace, {"maxTokens": 128, "timeBudgetMs": None})
-    await _ready(client)
+    await until_ready(client)
     uri = _open(client, workspace / ORDERS)
     older = asyncio.ensure_future(_inline(client, uri, 17, 8))
     await asyncio.sleep(0.3)
@@ -226,21 +173,21 @@ async def test_newer_request_supersedes_older(client: LanguageClient, workspace:
     superseded = await older
     assert superseded is not None and not superseded.items
     assert newer is not None
-    status = await _status(client)
+    status = await status_of(client)
     assert status["completions"]["cancelled"] >= 1
 
 
 @pytest.mark.asyncio
 async def test_configuration_is_validated(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace, {"draft": "lookup", "noSuchKey": 1})
-    await _ready(client)
-    assert (await _status(client))["draft"] == "lookup"
+    await until_ready(client)
+    assert (await status_of(client))["draft"] == "lookup"
     client.workspace_did_change_configuration(
         types.DidChangeConfigurationParams(settings={"lookahead": {"draft": "sideways", "maxTokens": 16}})
     )
-    await _until(lambda: _async(any("sideways" in m.message for m in client.messages)))
+    await until(lambda: _async(any("sideways" in m.message for m in client.messages)))
     assert any("noSuchKey" in m.message for m in client.messages)
-    assert (await _status(client))["draft"] == "lookup"  # the bad value was refused
+    assert (await status_of(client))["draft"] == "lookup"  # the bad value was refused
 
 
 @pytest.mark.asyncio
@@ -250,12 +197,12 @@ async def test_hostile_ignore_patterns_neither_freeze_nor_stop_the_folder(client
     (workspace / ".gitignore").write_text("*a" * 14 + "*b\n")
     (workspace / ("a" * 60 + ".py")).write_text("x = 1\n")
     await _start(client, workspace, {"ignoreGlobs": ["!"]})
-    status = await _ready(client)
+    status = await until_ready(client)
     assert status["index"]["state"] == "ready"
     [refused] = [m.message for m in client.messages if "lookahead.ignoreGlobs" in m.message]
     assert '["!"] refused' in refused and "\n" not in refused
     await client.protocol.send_request_async("lookahead/rebuildIndex", None)  # type: ignore[no-untyped-call]
-    assert (await _ready(client))["index"]["state"] == "ready"
+    assert (await until_ready(client))["index"]["state"] == "ready"
 
 
 async def _async(value: bool) -> bool:
@@ -265,7 +212,7 @@ async def _async(value: bool) -> bool:
 @pytest.mark.asyncio
 async def test_watcher_follows_the_disk(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace)
-    status = await _ready(client)
+    status = await until_ready(client)
     before = status["index"]
     # Each folder says how its changes are followed: events, or polling and why.
     [folder] = status["folders"]
@@ -274,18 +221,18 @@ async def test_watcher_follows_the_disk(client: LanguageClient, workspace: Path)
     assert watcher["mode"] == "watching" or (watcher["mode"] == "polling" and watcher["reason"])
 
     async def index() -> dict[str, Any]:
-        return dict((await _status(client))["index"])
+        return dict((await status_of(client))["index"])
 
     new = workspace / "shop" / "payments.py"
     new.write_text("def pay(order, amount):\n    return order.total_cents() - amount\n")
-    await _until(lambda: _has(index, lambda i: i["files"] == before["files"] + 1))
+    await until(lambda: _has(index, lambda i: i["files"] == before["files"] + 1))
     grown = await index()
     new.write_text(new.read_text() * 3)
-    await _until(lambda: _has(index, lambda i: i["tokens"] > grown["tokens"]))
+    await until(lambda: _has(index, lambda i: i["tokens"] > grown["tokens"]))
     new.rename(workspace / "shop" / "billing.py")
-    await _until(lambda: _has(index, lambda i: i["files"] == before["files"] + 1))
+    await until(lambda: _has(index, lambda i: i["files"] == before["files"] + 1))
     (workspace / "shop" / "billing.py").unlink()
-    await _until(lambda: _has(index, lambda i: i["files"] == before["files"] and i["tokens"] == before["tokens"]))
+    await until(lambda: _has(index, lambda i: i["files"] == before["files"] and i["tokens"] == before["tokens"]))
 
 
 async def _has(get: Callable[[], Awaitable[dict[str, Any]]], test: Callable[[dict[str, Any]], bool]) -> bool:
@@ -295,7 +242,7 @@ async def _has(get: Callable[[], Awaitable[dict[str, Any]]], test: Callable[[dic
 @pytest.mark.asyncio
 async def test_bad_requests_leave_the_server_answering(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace)
-    await _ready(client)
+    await until_ready(client)
     # A document never opened and not on disk, a position far past the end, a character in
     # the middle of nowhere: answered, not crashed.
     missing = await _inline(client, (workspace / "nope.py").as_uri(), 0, 0)
@@ -311,7 +258,7 @@ async def test_bad_requests_leave_the_server_answering(client: LanguageClient, w
     binary = workspace / "blob.py"
     binary.write_bytes(b"\x00\x01\x02" * 100)
     _open(client, binary, text="\x00\x01\x02" * 100)
-    status = await _status(client)
+    status = await status_of(client)
     assert status["index"]["files"] == 2
     result = await _inline(client, uri, 17, 8)
     assert result is not None and len(result.items) == 1
@@ -329,7 +276,7 @@ async def test_unopened_documents_are_read_only_inside_the_workspace(
     secret = outside / "secret.py"
     secret.write_text(SECRET + "\n")
     await _start(client, workspace)
-    await _ready(client)
+    await until_ready(client)
     link = workspace / "shop" / "link.py"
     link.symlink_to(secret)
     pipe = workspace / "shop" / "pipe.py"
@@ -346,7 +293,7 @@ async def test_unopened_documents_are_read_only_inside_the_workspace(
                                position=types.Position(line=0, character=len(SECRET)))
     )  # fmt: skip
     assert isinstance(listed, types.CompletionList) and len(listed.items) == 0
-    assert (await _status(client))["model_state"] == "ready"  # answering after the FIFO
+    assert (await status_of(client))["model_state"] == "ready"  # answering after the FIFO
     seen = repr([inside, *refused, listed]) + repr(client.log_messages) + repr(client.messages)
     assert "zebra-quasar" not in seen
 
@@ -354,7 +301,7 @@ async def test_unopened_documents_are_read_only_inside_the_workspace(
 @pytest.mark.asyncio
 async def test_missing_model_is_reported_once_and_answers_nothing(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace, {"modelPath": str(workspace / "missing.gguf")})
-    status = await _ready(client)
+    status = await until_ready(client)
     assert status["model_state"] == "error" and "missing.gguf" in status["model_error"]
     uri = _open(client, workspace / ORDERS)
     for _ in range(2):
@@ -367,7 +314,7 @@ async def test_missing_model_is_reported_once_and_answers_nothing(client: Langua
 @pytest.mark.asyncio
 async def test_cancel_request_stops_the_model(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace, {"maxTokens": 64, "timeBudgetMs": None, "debounceMs": 0})
-    await _ready(client)
+    await until_ready(client)
     busy_uri = _open(client, workspace / ORDERS)
     other_uri = _open(client, workspace / "shop" / "inventory.py")
 
@@ -392,7 +339,7 @@ async def test_cancel_request_stops_the_model(client: LanguageClient, workspace:
     with pytest.raises(Exception, match="cancel"):
         await waiting
     assert await busy is not None
-    await _until(lambda: _has(lambda: _status(client), lambda s: s["completions"]["cancelled"] >= 1))
+    await until(lambda: _has(lambda: status_of(client), lambda s: s["completions"]["cancelled"] >= 1))
     after = await _inline(client, other_uri, 20, 8)
     assert after is not None
 
@@ -404,7 +351,7 @@ async def _status_notifications(client: LanguageClient) -> list[tuple[float, dic
 
     @client.feature("lookahead/statusChanged")  # type: ignore[untyped-decorator]
     def on_status(params: Any) -> None:
-        received.append((time.monotonic(), _plain(params)))
+        received.append((time.monotonic(), plain(params)))
 
     return received
 
@@ -414,18 +361,18 @@ async def test_status_is_pushed_when_it_changes(client: LanguageClient, workspac
     received = await _status_notifications(client)
     await _start(client, workspace)
     # Right after initialize: the folder is known, the model not loaded yet.
-    await _until(lambda: _async(bool(received)))
+    await until(lambda: _async(bool(received)))
     first = received[0][1]
     assert first["folders"][0]["root"] == str(workspace.resolve()) and first["index"]["state"] == "indexing"
     # Once the folder is indexed (after the model, whose tokenizer it needs), without asking.
-    await _until(lambda: _async(received[-1][1]["index"] == {**received[-1][1]["index"], "state": "ready", "files": 2}))
+    await until(lambda: _async(received[-1][1]["index"] == {**received[-1][1]["index"], "state": "ready", "files": 2}))
     assert received[-1][1]["model_state"] == "ready"
-    assert received[-1][1] == await _status(client)
+    assert received[-1][1] == await status_of(client)
     # A completion changes the figures: pushed too.
     uri = _open(client, workspace / ORDERS)
     count = len(received)
     await _inline(client, uri, 17, 8)
-    await _until(lambda: _async(len(received) > count and received[-1][1]["last"] is not None))
+    await until(lambda: _async(len(received) > count and received[-1][1]["last"] is not None))
     # A burst of changes goes out as at most one notification per 250 ms.
     await asyncio.sleep(0.5)
     count = len(received)
@@ -440,7 +387,7 @@ async def test_status_is_pushed_when_it_changes(client: LanguageClient, workspac
 @pytest.mark.asyncio
 async def test_debounce_ms_is_the_daemons_wait(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace, {"debounceMs": 1500})
-    await _ready(client)
+    await until_ready(client)
     uri = _open(client, workspace / ORDERS)
     # An automatic request (a keystroke) waits debounceMs before the model starts on it...
     started = time.monotonic()
@@ -448,13 +395,13 @@ async def test_debounce_ms_is_the_daemons_wait(client: LanguageClient, workspace
     assert typed is not None and len(typed.items) == 1
     assert time.monotonic() - started >= 1.5
     # ...and one superseded within that wait never reaches the model.
-    served = (await _status(client))["completions"]["served"]
+    served = (await status_of(client))["completions"]["served"]
     older = asyncio.ensure_future(_inline(client, uri, 19, 8))
     await asyncio.sleep(0.2)
     newer = await _inline(client, uri, 14, 8)
     superseded = await older
     assert superseded is not None and not superseded.items and newer is not None
-    assert (await _status(client))["completions"]["served"] == served + 1
+    assert (await status_of(client))["completions"]["served"] == served + 1
 
 
 def _close(client: LanguageClient, uri: str) -> None:
@@ -479,7 +426,7 @@ async def test_multiline_setting(client: LanguageClient, workspace: Path) -> Non
     # `if quantity <= 0:` and before `raise ...`.
     blank, in_code = (17, 8), [(9, 4), (12, 0), (13, 8)]
     await _start(client, workspace, {"multiline": "never", "maxTokens": 48, "timeBudgetMs": None})
-    await _ready(client)
+    await until_ready(client)
     never = await _suggestions(client, workspace / ORDERS, [blank, *in_code])
     assert all(text.strip() and "\n" not in text for text in never), never
 
@@ -499,7 +446,7 @@ async def test_multiline_setting(client: LanguageClient, workspace: Path) -> Non
 @pytest.mark.asyncio
 async def test_where_the_cursor_rests_the_daemon_computes_ahead(client: LanguageClient, workspace: Path) -> None:
     await _start(client, workspace, {"maxTokens": 8})
-    await _ready(client)
+    await until_ready(client)
     uri = _open(client, workspace / ORDERS)
     # Malformed: dropped with one line in the log; the daemon goes on.
     client.protocol.notify("lookahead/cursor", {"textDocument": {"uri": uri}, "position": {"line": "x"}})
@@ -508,12 +455,12 @@ async def test_where_the_cursor_rests_the_daemon_computes_ahead(client: Language
     )
 
     async def computed() -> bool:
-        return bool((await _status(client))["ahead"]["runs"] >= 1)
+        return bool((await status_of(client))["ahead"]["runs"] >= 1)
 
-    await _until(computed, timeout=120)
+    await until(computed, timeout=120)
     result = await _inline(client, uri, 17, 8)
     assert result is not None and len(result.items) == 1
-    status = await _status(client)
+    status = await status_of(client)
     assert status["completions"]["from_cache"] == 1, "the rest's completion did not answer"
     assert status["ahead"]["served"] == 1
 
@@ -523,7 +470,7 @@ async def test_a_folder_over_its_memory_budget_keeps_its_bulk_on_disk(client: La
     # The smallest budget the setting allows, and a folder that outgrows it in memory.
     stdlib_folder(workspace / "lib", 3_000_000)
     await _start(client, workspace, {"indexMemoryMib": 16})
-    status = await _ready(client)
+    status = await until_ready(client)
     [folder] = status["folders"]
     index = folder["index"]
     assert index["budget_bytes"] == 16 << 20 and index["memory_bytes"] <= index["budget_bytes"]

@@ -18,7 +18,7 @@ from lookahead_lsp._lookup import StaticCacheBuilder
 from lookahead_lsp.service.service import LookaheadService
 from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME
 from lookahead_lsp.base.tokenizer import Tokenizer
-from recording_client import RecordingClient
+from support.recording_client import RecordingClient
 
 # The cost model is measured once per cache folder; the server tests share this one.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"

@@ -12,7 +12,16 @@ import pytest
 from lookahead_lsp.engine import DRAFT_MODES
 from lookahead_lsp.engine.runtime import SAMPLING_MODES
 from lookahead_lsp.engine.stopping import MULTILINE_MODES
-from lookahead_lsp.service.settings import SCHEMA, Settings, apply_update, package_properties, update_package_json
+from lookahead_lsp.service.model_host import ModelKey
+from lookahead_lsp.service.settings import (
+    MODEL_SETTINGS,
+    SCHEMA,
+    Settings,
+    apply_update,
+    model_values,
+    package_properties,
+    update_package_json,
+)
 
 PACKAGE_JSON = Path(__file__).parents[2] / "vscode-client" / "package.json"
 # The extension's own settings: which program runs or is installed, and its on/off switch.
@@ -129,6 +138,18 @@ def test_settings_that_choose_files_hardware_or_what_is_left_out_need_a_trusted_
     machine_overridable = {f"lookahead.{s.key}" for s in SCHEMA if s.spec.scope == "machine-overridable"}
     assert "lookahead.ignoreGlobs" in machine_overridable
     assert machine_overridable <= restricted
+
+
+def test_the_settings_that_load_the_model_again_say_so_and_key_the_daemons_models() -> None:
+    assert set(MODEL_SETTINGS) == {"model_path", "context_size", "threads", "gpu_layers", "sampling"}
+    assert [f.name for f in dataclasses.fields(ModelKey)] == list(MODEL_SETTINGS)
+    declared = _declared()
+    for setting in SCHEMA:
+        says = "loads the model again" in str(declared[f"lookahead.{setting.key}"]["description"])
+        assert says == setting.spec.reloads_model, setting.key
+    changed = apply_update(Settings(), {"contextSize": 8192, "maxTokens": 12}).settings
+    assert ModelKey(**model_values(changed)) != ModelKey(**model_values(Settings()))
+    assert ModelKey(**model_values(apply_update(Settings(), {"maxTokens": 12}).settings)) == ModelKey(**model_values(Settings()))
 
 
 def test_not_an_object_changes_nothing() -> None:

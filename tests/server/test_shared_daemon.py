@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from lsp_peer import Peer, initialize, no_model_env, request, serve_command, wait_for_line
+from support.lsp_peer import Peer, initialize, no_model_env, request, serve_command, wait_for_line
 
 from lookahead_lsp.lsp.relay import shared_socket
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from lsp_peer import Peer, frame, initialize, no_model_env, request, serve_command, wait_for_line
+from support.lsp_peer import Peer, frame, initialize, no_model_env, request, serve_command, wait_for_line
 
 from lookahead_lsp.lsp.tcp_peers import Connection, tcp_owners
 from lookahead_lsp.lsp.transport import HANDSHAKE_TIMEOUT_S, MAX_SESSIONS, MAX_WAITING

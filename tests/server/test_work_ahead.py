@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_lsp.service.service import Answer, LookaheadService
-from recording_client import RecordingClient
+from support.recording_client import RecordingClient
 
 from test_service_limits import CACHE, WAIT_S, _until
 

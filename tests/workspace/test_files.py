@@ -20,7 +20,7 @@ from lookahead_lsp.workspace.files import (
     list_source_files,
     skip_reason,
 )
-from folders import git, relative_names, write_file
+from support.folders import git, relative_names, write_file
 
 MAX_BYTES = 1000
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")

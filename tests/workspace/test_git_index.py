@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from lookahead_lsp.workspace.files import list_source_files
 from lookahead_lsp.workspace.git_index import find_checkout
-from folders import git, relative_names, write_file
+from support.folders import git, relative_names, write_file
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 pytestmark = [pytest.mark.usefixtures("hermetic_git"), needs_git]

@@ -14,7 +14,7 @@ from lookahead_lsp.base.tokenizer import POOL_MIN_BYTES, Tokenizer, tokenize_fil
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.store import store_path_for
 
-from folders import stdlib_folder
+from support.folders import stdlib_folder
 
 FINGERPRINT = 0x5EED
 TINY = IndexSettings(memory_budget=1)  # anything indexed is over it

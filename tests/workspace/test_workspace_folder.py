@@ -14,7 +14,7 @@ import pytest
 from lookahead_lsp._lookup import StaticCacheBuilder
 from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME, FolderSettings, WorkspaceFolder
-from recording_client import RecordingClient
+from support.recording_client import RecordingClient
 
 WAIT_S = 60.0
 MAIN = "def main():\n    return compute(1, 2)\n"

@@ -12,8 +12,10 @@ back where its passes have been costing more per token than plain ones."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.sources import PREVIOUS, Evidence
@@ -35,32 +37,20 @@ _SHARE_EDGES = (0.5, 0.7, 0.85, 0.97)  # buckets by the chosen follower's share 
 AUTO_MAX_DRAFT = 16
 
 # Acceptance per bucket before any observation, measured by an offline replay of the default
-# model's greedy completions in three languages (24 tasks of 64 tokens: 8 each of Python's
-# standard library, JavaScript/TypeScript from vscode-client/node_modules, C from the Linux
-# kernel's lib/ and kernel/; every drafted token counted while all before it matched). Produced
-# by (the benchmark's own figures use --seed 1, tasks these priors never saw):
-#   .venv/bin/python bench/decode_bench.py --replay --tasks 8 --seed 2 --fit-priors
-# After each: the tokens tried, then acceptance/tried per language (c, javascript, python).
-# Buckets seen fewer than 30 times fall back to prior_formula().
-FITTED_PRIORS: dict[BucketKey, float] = {
-    (0, 3, 0, 0): 0.367,  # n=30; c 0.20/5 ja 0.45/22 py 0.00/3
-    (0, 3, 0, 3): 0.812,  # n=192; c 0.86/57 ja 0.69/68 py 0.90/67
-    (0, 3, 1, 0): 0.561,  # n=82; c 0.32/41 ja 0.71/14 py 0.85/27
-    (0, 3, 1, 3): 0.982,  # n=109; c 0.98/57 ja 0.95/20 py 1.00/32
-    (0, 3, 2, 0): 0.943,  # n=35; c 0.89/18 ja - py 1.00/17
-    (0, 3, 3, 3): 0.99,  # n=37; c 1.00/6 ja - py 1.00/31
-    (0, 4, 0, 0): 0.451,  # n=288; c 0.38/101 ja 0.79/82 py 0.26/105
-    (0, 4, 0, 3): 0.95,  # n=3112; c 0.94/1188 ja 0.94/741 py 0.97/1183
-    (0, 4, 1, 0): 0.47,  # n=300; c 0.18/146 ja 0.75/52 py 0.74/102
-    (0, 4, 1, 1): 0.99,  # n=41; c 1.00/9 ja 1.00/4 py 1.00/28
-    (0, 4, 1, 3): 0.98,  # n=1025; c 0.97/443 ja 0.95/195 py 1.00/387
-    (0, 4, 2, 0): 0.641,  # n=142; c 1.00/34 ja 0.58/98 py 0.00/10
-    (0, 4, 2, 1): 0.99,  # n=46; c 1.00/9 ja 1.00/14 py 1.00/23
-    (0, 4, 2, 3): 0.989,  # n=474; c 0.96/125 ja 1.00/295 py 1.00/54
-    (0, 4, 3, 0): 0.603,  # n=58; c 0.00/4 ja 1.00/11 py 0.56/43
-    (0, 4, 3, 2): 0.977,  # n=44; c 1.00/17 ja 0.96/27 py -
-    (0, 4, 3, 3): 0.99,  # n=612; c 1.00/46 ja 1.00/403 py 1.00/163
-}
+# model's greedy completions in three languages (fitted_priors.json; bench/fit_priors.py writes
+# it, docs/benchmarks.md says on what). Buckets it lacks fall back to prior_formula().
+_FITTED_PRIORS_FILE = "fitted_priors.json"
+
+
+def _load_fitted_priors() -> dict[BucketKey, float]:
+    data = json.loads(resources.files("lookahead_lsp.engine").joinpath(_FITTED_PRIORS_FILE).read_text(encoding="utf-8"))
+    return {
+        (int(b["source"]), int(b["ngram"]), int(b["count_bucket"]), int(b["share_bucket"])): float(b["acceptance"])
+        for b in data["buckets"]
+    }
+
+
+FITTED_PRIORS: dict[BucketKey, float] = _load_fitted_priors()
 
 
 def _bucket(edges: Sequence[float], value: float) -> int:

@@ -7,7 +7,7 @@ cost from a curve: the real AutoPolicy (acceptance learning, online cost, guard)
 and the oracle, the cheapest sequence of passes any policy could choose with these drafts
 (dynamic programming over where passes start, each drafting at most the tokens that will be
 accepted). Used by bench/decode_bench.py to bound every live figure, and to fit the acceptance
-priors (policy.FITTED_PRIORS) over several languages."""
+priors (engine/fitted_priors.json, bench/fit_priors.py) over several languages."""
 
 from __future__ import annotations
 

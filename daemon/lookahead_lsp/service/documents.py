@@ -1,6 +1,11 @@
 """The documents open in the editor, as the service keeps them: each one's latest text (a frozen
 snapshot, so that a completion on the model's worker reads the one it was handed while the
-editor goes on), the size cap, and the lines of recently edited ones that join a prompt."""
+editor goes on), the size cap (maxDocumentKb, decided here for the editor's documents and for
+files read unopened), and the lines of recently edited ones that join a prompt.
+
+The text is one string shared by reference: the protocol layer's document (which applies the
+editor's incremental changes), the Document kept here and the edit waiting in its folder's
+queue are the same object until the next change replaces it; the index keeps tokens only."""
 
 from __future__ import annotations
 
@@ -8,18 +13,15 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
+from lookahead_lsp.base.editor import Editor
 from lookahead_lsp.engine import ContextChunk
 
 # Extra context for the prompt: this many recently edited other documents, this many lines
 # around their last edit.
 _RECENT_DOCUMENTS = 3
 _CONTEXT_LINES = 12
-
-
-class Log(Protocol):
-    def log(self, level: int, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,9 @@ class OpenDocuments:
     """The open documents by URI, most recently edited last. Not locked: the caller's lock
     guards it."""
 
-    def __init__(self, client: Log) -> None:
+    def __init__(self, client: Editor, max_document_kb: int) -> None:
         self._client = client
+        self.max_document_kb = max_document_kb  # the cap, from the settings
         self._documents: OrderedDict[str, Document] = OrderedDict()
         self._oversized_reported: set[str] = set()  # URIs whose size was reported, until closed
 
@@ -61,10 +64,15 @@ class OpenDocuments:
         """The documents other than uri that are not above the size cap, latest edit first."""
         return [(other, doc) for other, doc in reversed(self._documents.items()) if other != uri and not doc.oversized]
 
-    def too_large(self, uri: str, text: str, limit_kb: int) -> bool:
-        """Whether the text is above limit_kb (maxDocumentKb); said once per document in the
-        log."""
-        if len(text) <= limit_kb * 1024:
+    @property
+    def cap(self) -> int:
+        """The cap: characters of an editor's text, bytes of a file read unopened."""
+        return self.max_document_kb * 1024
+
+    def too_large(self, uri: str, text: str) -> bool:
+        """Whether the text is above the cap; said once per document in the log."""
+        limit_kb = self.max_document_kb
+        if len(text) <= self.cap:
             self._oversized_reported.discard(uri)
             return False
         if uri not in self._oversized_reported:

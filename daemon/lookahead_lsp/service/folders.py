@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lookahead_lsp.service.documents import OpenDocuments
+from lookahead_lsp.base.editor import Editor
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.base.tokenizer import Tokenizer
-from lookahead_lsp.workspace.folder import FolderClient, FolderSettings, FolderStatus, WorkspaceFolder
+from lookahead_lsp.workspace.folder import FolderSettings, FolderStatus, WorkspaceFolder
 from lookahead_lsp.workspace.store import store_path_for
 
 
@@ -30,7 +31,7 @@ class WorkspaceFolders:
     folder is created with the documents open in it and no editor change overtakes them."""
 
     def __init__(
-        self, client: FolderClient, lock: threading.RLock, documents: OpenDocuments, settings: FolderSettings
+        self, client: Editor, lock: threading.RLock, documents: OpenDocuments, settings: FolderSettings
     ) -> None:
         self._client = client
         self._lock = lock

@@ -24,7 +24,8 @@ _LOG = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ModelKey:
-    """What decides which model runs, and how: sessions with equal keys share it."""
+    """What decides which model runs, and how: sessions with equal keys share it. Its fields
+    are the settings the schema marks reloads_model (settings.MODEL_SETTINGS)."""
 
     model_path: str | None
     context_size: int

@@ -91,10 +91,10 @@ class CompletionWorker(Generic[T]):
                 if same is not None and same.idle_for == answer and not same.cancel.cancelled:
                     return same.future
             if self._stopped:
-                _resolve(job.future, None)
+                resolve(job.future, None)
                 return job.future
             if self._idle is not None:
-                _resolve(self._idle.future, None)
+                resolve(self._idle.future, None)
             self._idle = job
             self._lock.notify_all()
         return job.future
@@ -124,7 +124,7 @@ class CompletionWorker(Generic[T]):
     def _preempt_idle(self) -> None:
         """A request came: the idle work gives way (lock held)."""
         if self._idle is not None:
-            _resolve(self._idle.future, None)
+            resolve(self._idle.future, None)
             self._idle = None
             self.idle_preempted += 1
         running = self._running
@@ -135,7 +135,7 @@ class CompletionWorker(Generic[T]):
     def _enqueue(self, job: _Job[T]) -> Future[T | None]:
         with self._lock:
             if self._stopped:
-                _resolve(job.future, None)
+                resolve(job.future, None)
                 return job.future
             self._preempt_idle()
             if job.key is not None:
@@ -156,7 +156,7 @@ class CompletionWorker(Generic[T]):
         with self._lock:
             self._drop(lambda job: job.key == key)
             if self._idle is not None and self._idle.key == key:
-                _resolve(self._idle.future, None)
+                resolve(self._idle.future, None)
                 self._idle = None
             running = self._running
             if running is not None and running.idle_for is not None and running.key == key:
@@ -178,10 +178,10 @@ class CompletionWorker(Generic[T]):
         with self._lock:
             self._stopped = True
             for job in self._queue:
-                _resolve(job.future, None)
+                resolve(job.future, None)
             self._queue.clear()
             if self._idle is not None:
-                _resolve(self._idle.future, None)
+                resolve(self._idle.future, None)
                 self._idle = None
             if self._running is not None:
                 self._running.cancel.cancel()
@@ -192,7 +192,7 @@ class CompletionWorker(Generic[T]):
         """Supersedes every job that matches, queued or running (lock held)."""
         for job in [j for j in self._queue if matches(j)]:
             self._queue.remove(job)
-            _resolve(job.future, None)
+            resolve(job.future, None)
             self.superseded += 1
         running = self._running
         if running is not None and running.idle_for is None and matches(running):
@@ -205,7 +205,7 @@ class CompletionWorker(Generic[T]):
         while droppable and len(self._queue) >= self.max_queued:
             oldest = droppable.pop(0)
             self._queue.remove(oldest)
-            _resolve(oldest.future, None)
+            resolve(oldest.future, None)
             self.superseded += 1
 
     def _next(self) -> _Job[T] | None:
@@ -249,16 +249,34 @@ class CompletionWorker(Generic[T]):
                 continue
             with self._lock:
                 self._running = None
-            _resolve(job.future, None if job.cancel.cancelled else result)
+            resolve(job.future, None if job.cancel.cancelled else result)
 
 
-def _resolve(future: Future[T | None], value: T | None) -> None:
+def resolve(future: Future[T | None], value: T | None) -> None:
     """Sets a result unless the waiting side has cancelled the future (it may do so at any
     moment, from its own thread)."""
     try:
         future.set_result(value)
     except InvalidStateError:
         pass
+
+
+def chain(source: Future[T | None], target: Future[T | None]) -> None:
+    """target gets source's outcome when it comes (target may have been cancelled meanwhile)."""
+
+    def copy(f: Future[T | None]) -> None:
+        if f.cancelled():
+            resolve(target, None)
+        elif (error := f.exception()) is not None:
+            if not target.done():
+                try:
+                    target.set_exception(error)
+                except InvalidStateError:
+                    pass
+        else:
+            resolve(target, f.result())
+
+    source.add_done_callback(copy)
 
 
 @dataclass(frozen=True)

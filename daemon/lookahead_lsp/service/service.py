@@ -11,14 +11,14 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from lookahead_lsp import __version__
 from lookahead_lsp.service.model_host import LoadedModel, ModelHost, ModelKey
-from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache, answer_key
+from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache, answer_key, chain, resolve
 from lookahead_lsp.service.documents import Document, OpenDocuments, recent_chunks
 from lookahead_lsp.engine import (
     CancelToken,
@@ -27,15 +27,14 @@ from lookahead_lsp.engine import (
     DecodeOptions,
     DraftCaches,
     Engine,
-    EngineSettings,
     PromptWindows,
 )
-from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.base.editor import Editor
 from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
 from lookahead_lsp.service.status import workspace_status
-from lookahead_lsp.service.settings import Settings, apply_update
+from lookahead_lsp.service.settings import Settings, apply_update, model_values
 from lookahead_lsp.service.unopened import read_unopened
-from lookahead_lsp.workspace.folder import FolderSettings
+from lookahead_lsp.workspace.folder import FolderSettings, WorkspaceFolder
 from lookahead_lsp.service.folders import WorkspaceFolders
 
 _LOG = logging.getLogger(__name__)
@@ -51,14 +50,15 @@ _AHEAD_PREFILL_CHUNK = 64
 _MODEL_WAIT_S = 30.0
 
 
-class Client(Protocol):
-    """How the service talks back to the editor; callable from any thread."""
+@dataclass(frozen=True)
+class Place:
+    """Where a request's document sits, looked up once per request: its workspace folder (None
+    outside every one), its name relative to that folder, and the folder's name (the prompt's
+    repository)."""
 
-    def log(self, level: int, message: str) -> None: ...
-    def show(self, level: int, message: str) -> None: ...
-    def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None: ...
-    def status_changed(self) -> None:
-        """What status() answers changed (the editor is told, at most a few times a second)."""
+    folder: WorkspaceFolder | None
+    name: str
+    repository: str
 
 
 @dataclass
@@ -95,14 +95,14 @@ class AheadCounters:
 
 
 class LookaheadService:
-    def __init__(self, client: Client, cache_dir: Path | None = None, host: ModelHost[Answer] | None = None) -> None:
+    def __init__(self, client: Editor, cache_dir: Path | None = None, host: ModelHost[Answer] | None = None) -> None:
         self.client = client
         self.cache_dir = cache_dir
         self.settings = Settings()
         self.counters = Counters()
         self.ahead = AheadCounters()
         self.last_completion: dict[str, Any] | None = None
-        self.documents = OpenDocuments(client)
+        self.documents = OpenDocuments(client, self.settings.max_document_kb)
         self.suggestions = SuggestionCache()
         self._lock = threading.RLock()
         self.workspace = WorkspaceFolders(client, self._lock, self.documents, self._folder_settings())
@@ -126,6 +126,7 @@ class LookaheadService:
             self.client.show(logging.WARNING, f"lookahead-lsp: {problem}")
         with self._lock:
             self.settings = update.settings
+            self.documents.max_document_kb = update.settings.max_document_kb
         if update.changed:
             # A suggestion made under other settings (draft, maxTokens, multiline, the model...)
             # must not come back from the cache as if made under these.
@@ -146,8 +147,7 @@ class LookaheadService:
         )
 
     def _model_key(self) -> ModelKey:
-        s = self.settings
-        return ModelKey(s.model_path, s.context_size, s.threads, s.gpu_layers, s.sampling)
+        return ModelKey(**model_values(self.settings))
 
     def start_model(self) -> None:
         """Takes the model the settings name, from the daemon's models (shared with other
@@ -212,7 +212,7 @@ class LookaheadService:
     def change_document(self, uri: str, path: Path | None, text: str, edited_line: int) -> None:
         """Records the editor's text; its folder indexes it later, off the event loop."""
         with self._lock:
-            if self.documents.too_large(uri, text, self.settings.max_document_kb):
+            if self.documents.too_large(uri, text):
                 before = self.documents.record(uri, Document(path, "", edited_line, oversized=True))
                 if before is not None and not before.oversized:
                     # Its editor text grew past the cap: the index goes back to the file on
@@ -235,7 +235,7 @@ class LookaheadService:
         It blocks: call it off the event loop."""
         if path is None:
             return None
-        return read_unopened(path, self.workspace.roots(), self.settings.max_document_kb * 1024)
+        return read_unopened(path, self.workspace.roots(), self.documents.cap)
 
     def _editor_text(self, path: Path | None, text: str | None) -> None:
         folder = self.workspace.of(path)
@@ -313,7 +313,7 @@ class LookaheadService:
             self._work_ahead(uri, path, text[:offset], text[offset:], _EDIT_PAUSE_S)
 
     def _completes(self, uri: str, text: str, language: str) -> bool:
-        too_large = self.documents.too_large(uri, text, self.settings.max_document_kb)
+        too_large = self.documents.too_large(uri, text)
         return language not in self.settings.disabled_languages and not too_large
 
     def _work_ahead(self, uri: str, path: Path | None, prefix: str, suffix: str, delay_s: float = 0.0) -> None:
@@ -346,11 +346,11 @@ class LookaheadService:
             ended = completion.stop_reason == "end-of-generation"
             shown = self._shown(prefix, suffix, completion.text, ended, same_budget=completion.stop_reason == "max-tokens")
         if shown is None:
-            _chain(self._submit(uri, path, prefix, suffix, invoked=True), done)
+            chain(self._submit(uri, path, prefix, suffix, invoked=True), done)
             return
         assert completion is not None
         self._served(completion, shown)
-        _resolve(done, Answer(shown, "model", completion))
+        resolve(done, Answer(shown, "model", completion))
         if shown:
             self._work_ahead(uri, path, prefix + shown, suffix)
 
@@ -371,10 +371,11 @@ class LookaheadService:
             options = dataclasses.replace(options, stop_rules=False, prefill_chunk=_AHEAD_PREFILL_CHUNK)
 
         def run(cancel: CancelToken) -> Answer:
-            request = CompletionRequest(
-                prefix, suffix, self._relative(path, uri), recent_chunks(recent, self._relative), self._repository(path)
-            )
-            return self._run(uri, path, request, options, cancel, ahead)
+            # On the worker: a request queued while the model loads finds the folders that open
+            # once it is loaded.
+            place = self._place(uri, path)
+            request = CompletionRequest(prefix, suffix, place.name, recent_chunks(recent, self._name), place.repository)
+            return self._run(uri, path, place, request, options, cancel, ahead)
 
         return run
 
@@ -382,6 +383,7 @@ class LookaheadService:
         self,
         uri: str,
         path: Path | None,
+        place: Place,
         request: CompletionRequest,
         options: DecodeOptions,
         cancel: CancelToken,
@@ -394,7 +396,7 @@ class LookaheadService:
         if engine is None or cancel.cancelled:
             return Answer("", "model")
         try:
-            result = engine.complete(request, options, self._caches(path), cancel)
+            result = engine.complete(request, options, _caches(place), cancel)
         except Exception as error:
             self.counters.failed += 1
             self.client.log(logging.ERROR, f"completion failed: {error}")
@@ -420,14 +422,6 @@ class LookaheadService:
         self.counters.served += 1
         self.last_completion = {"text": shown, "stop_reason": result.stop_reason, **result.stats.as_dict()}
 
-    def _caches(self, path: Path | None) -> DraftCaches:
-        """The document's folder's caches (on the worker, which refreshes the static one)."""
-        folder = self.workspace.of(path)
-        if folder is None:
-            return DraftCaches()
-        workspace, repository = folder.caches()
-        return DraftCaches(workspace, repository)
-
     def cancel(self, future: Future[Answer | None]) -> None:
         """The editor cancelled the request `complete` returned `future` for: its model work
         stops, and no newer request for the document goes with it."""
@@ -435,15 +429,13 @@ class LookaheadService:
             self._model.worker.cancel_job(future)
         self.counters.cancelled += 1
 
-    def _relative(self, path: Path | None, uri: str) -> str:
+    def _place(self, uri: str, path: Path | None) -> Place:
         folder = self.workspace.of(path)
-        if path is not None and folder is not None:
-            return path.relative_to(folder.root).as_posix()
-        return path.name if path is not None else uri.rsplit("/", 1)[-1]
+        return Place(folder, _name(path, uri, folder), folder.root.name if folder is not None else "")
 
-    def _repository(self, path: Path | None) -> str:
-        folder = self.workspace.of(path)
-        return folder.root.name if folder is not None else ""
+    def _name(self, path: Path | None, uri: str) -> str:
+        """A document's name in a prompt: relative to its folder."""
+        return _name(path, uri, self.workspace.of(path))
 
     # -- status --------------------------------------------------------------------------------
 
@@ -501,26 +493,15 @@ class LookaheadService:
         }
 
 
-def _chain(source: Future[Answer | None], target: Future[Answer | None]) -> None:
-    """target gets source's outcome when it comes (target may have been cancelled meanwhile)."""
-
-    def copy(f: Future[Answer | None]) -> None:
-        if f.cancelled():
-            _resolve(target, None)
-        elif (error := f.exception()) is not None:
-            if not target.done():
-                try:
-                    target.set_exception(error)
-                except InvalidStateError:
-                    pass
-        else:
-            _resolve(target, f.result())
-
-    source.add_done_callback(copy)
+def _name(path: Path | None, uri: str, folder: WorkspaceFolder | None) -> str:
+    if path is not None and folder is not None:
+        return path.relative_to(folder.root).as_posix()
+    return path.name if path is not None else uri.rsplit("/", 1)[-1]
 
 
-def _resolve(future: Future[Answer | None], value: Answer | None) -> None:
-    try:
-        future.set_result(value)
-    except InvalidStateError:
-        pass
+def _caches(place: Place) -> DraftCaches:
+    """The document's folder's caches (on the worker, which refreshes the static one)."""
+    if place.folder is None:
+        return DraftCaches()
+    workspace, repository = place.folder.caches()
+    return DraftCaches(workspace, repository)

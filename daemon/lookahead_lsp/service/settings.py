@@ -57,6 +57,9 @@ class SettingSpec:
     maximum: int | float | None = None
     choices: Mapping[str, str] | None = None  # allowed value -> what it means
     check: Callable[[Any], None] | None = None  # raises ValueError, saying why, for a bad value
+    # A change loads the model again (it decides which model runs, and how): the daemon's
+    # models are keyed by these settings, and sessions whose values are equal share one.
+    reloads_model: bool = False
 
 
 # A workspace folder's matcher holds each pattern as a compiled automaton.
@@ -82,6 +85,7 @@ class Settings:
         None,
         "GGUF model file, an absolute path (or `~/...`), or a name from `lookahead-lsp models list`. Empty: the default model.",
         scope=MACHINE_OVERRIDABLE,
+        reloads_model=True,
     )
     draft: str = _setting("auto", "Speculative drafting mode.", choices=DRAFT_MODE_DESCRIPTIONS)
     multiline: str = _setting("auto", "When a completion may span several lines.", choices=MULTILINE_DESCRIPTIONS)
@@ -91,7 +95,7 @@ class Settings:
         "Stop generating a completion this many milliseconds after its prompt is evaluated (one model pass always runs). Empty: no limit.",
         minimum=1,
     )
-    context_size: int = _setting(4096, "Model context size in tokens.", minimum=512, maximum=131072)
+    context_size: int = _setting(4096, "Model context size in tokens.", minimum=512, maximum=131072, reloads_model=True)
     prefix_tokens: int = _setting(1536, "Token budget for the text before the cursor.", minimum=16, maximum=32768)
     suffix_tokens: int = _setting(256, "Token budget for the text after the cursor.", minimum=0, maximum=32768)
     extra_context_tokens: int = _setting(
@@ -116,7 +120,12 @@ class Settings:
         maximum=1 << 20,
     )
     threads: int | None = _setting(
-        None, "CPU threads for the model. Empty: the cores other programs leave free, looked at before each completion.", scope=MACHINE_OVERRIDABLE, minimum=1, maximum=256
+        None,
+        "CPU threads for the model. Empty: the cores other programs leave free, looked at before each completion.",
+        scope=MACHINE_OVERRIDABLE,
+        minimum=1,
+        maximum=256,
+        reloads_model=True,
     )
     gpu_layers: int = _setting(
         -1,
@@ -124,9 +133,14 @@ class Settings:
         scope=MACHINE_OVERRIDABLE,
         minimum=-1,
         maximum=1000,
+        reloads_model=True,
     )
     sampling: str = _setting(
-        "auto", "Where the argmax of each verified position is taken.", scope=MACHINE_OVERRIDABLE, choices=SAMPLING_DESCRIPTIONS
+        "auto",
+        "Where the argmax of each verified position is taken.",
+        scope=MACHINE_OVERRIDABLE,
+        choices=SAMPLING_DESCRIPTIONS,
+        reloads_model=True,
     )
     debounce_ms: int = _setting(
         30,
@@ -201,6 +215,11 @@ class Setting:
             raise ValueError(f"expected {what}{bounds}" + (" or null" if self.nullable else ""))
         return value if integer else float(value)
 
+    @property
+    def description(self) -> str:
+        """What editors show for the setting."""
+        return self.spec.description + (" Changing it loads the model again." if self.spec.reloads_model else "")
+
     def package_property(self) -> dict[str, Any]:
         """The setting as a property of package.json's contributes.configuration."""
         prop: dict[str, Any] = {"type": [self.json_type, "null"] if self.nullable and self.json_type != "string" else self.json_type}
@@ -213,7 +232,7 @@ class Setting:
         for bound in ("minimum", "maximum"):
             if (value := getattr(self.spec, bound)) is not None:
                 prop[bound] = value
-        prop["description"] = self.spec.description
+        prop["description"] = self.description
         prop["scope"] = self.spec.scope
         return prop
 
@@ -250,6 +269,13 @@ _HINTS = typing.get_type_hints(Settings)
 SCHEMA: tuple[Setting, ...] = tuple(_describe(f, _HINTS[f.name]) for f in dataclasses.fields(Settings))
 _BY_KEY = {setting.key: setting for setting in SCHEMA}
 EDITOR_KEYS = tuple(_BY_KEY)
+# The Settings fields that decide which model runs, and how.
+MODEL_SETTINGS = tuple(s.name for s in SCHEMA if s.spec.reloads_model)
+
+
+def model_values(settings: Settings) -> dict[str, Any]:
+    """The values of MODEL_SETTINGS, by field name."""
+    return {name: getattr(settings, name) for name in MODEL_SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -309,7 +335,7 @@ def markdown_table() -> str:
             kind += f" ≥ {s.spec.minimum}" if s.spec.maximum is None else f" {s.spec.minimum}..{s.spec.maximum}"
         if s.nullable and s.json_type != "string":
             kind += " or null"
-        rows.append(f"| `{s.key}` | {kind} | `{json.dumps(s.default)}` | {s.spec.description} |")
+        rows.append(f"| `{s.key}` | {kind} | `{json.dumps(s.default)}` | {s.description} |")
     return "\n".join(rows) + "\n"
 
 

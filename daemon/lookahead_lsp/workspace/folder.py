@@ -23,9 +23,9 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
 
 from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache, WorkspaceView
+from lookahead_lsp.base.editor import Editor
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.base.repository_cache import default_store, open_repository_cache
 from lookahead_lsp.base.safe_reads import is_inside
@@ -42,17 +42,6 @@ STATIC_CACHE_NAME = Path(".lookahead") / "static.cache"
 EDITOR_INDEXING_SHARE = 0.25
 # How often the folder's thread checks, without edits, whether the index outgrew its budget.
 FOLD_CHECK_S = 30.0
-
-
-class FolderClient(Protocol):
-    """Where a folder reports to the user; called from the folder's thread."""
-
-    def log(self, level: int, message: str) -> None: ...
-    def show(self, level: int, message: str) -> None: ...
-    def progress(self, token: str, title: str, message: str, percent: int | None, done: bool) -> None: ...
-    def status_changed(self) -> None:
-        """What status() answers changed: indexing began or ended, the watcher's mode changed, the
-        repository cache was (re)opened or refused."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +79,7 @@ class WorkspaceFolder:
         tokenizer: Tokenizer,
         tokenizer_lock: threading.Lock,
         fingerprint: int,
-        client: FolderClient,
+        client: Editor,
         settings: FolderSettings,
     ) -> None:
         self.root = root

@@ -33,7 +33,6 @@ import os
 import secrets
 import struct
 import zlib
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path, PurePosixPath

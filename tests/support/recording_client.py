@@ -1,5 +1,5 @@
-"""A fake of the service's Client protocol (and so of a folder's FolderClient): what the user
-would have been shown or told in the editor."""
+"""An Editor (base/editor.py) that records what the user would have been shown or told in the
+editor."""
 
 from __future__ import annotations
 

@@ -1,13 +1,16 @@
-"""The editor side the LSP benchmarks share: a real pygls client that starts `lookahead-lsp
-serve` as an editor does, announces inline completions, and waits until the model is loaded and
-the folders are indexed; plus the report writing every benchmark does the same way."""
+"""The editor side that the LSP tests and benchmarks share: what an editor sends (open, insert,
+close, inline completion requests) and asks (`lookahead/status`, waiting until the model is
+loaded and the folders are indexed), as functions of any pygls client (pytest-lsp's included),
+and `Daemon`, a real pygls client that starts `lookahead-lsp serve` as an editor does, waits
+until it is ready and stops it."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
+import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Sequence, Union
 
@@ -15,6 +18,12 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 Answer = Union[types.InlineCompletionList, Sequence[types.InlineCompletionItem], None]
+# Shared by every daemon the tests start: the cost model is measured once.
+TEST_CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
+# A daemon of the test's own (not the user's shared one), over stdio, logging what it does.
+STANDALONE_SERVE = [
+    sys.executable, "-m", "lookahead_lsp", "serve", "--standalone", "--log-level", "info", "--cache-dir", str(TEST_CACHE)
+]
 
 
 class Daemon:
@@ -98,22 +107,14 @@ class Daemon:
                 sink.flush()
 
     async def status(self) -> Any:
+        """The status as pygls hands it back (named tuples); plain() makes dicts of it."""
         return await self.client.protocol.send_request_async("lookahead/status", None)
 
     def open(self, uri: str, language: str, text: str) -> None:
-        self.client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)
-            )
-        )
+        open_document(self.client, uri, language, text)
 
     def insert(self, uri: str, version: int, at: types.Position, text: str) -> None:
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=text)],
-            )
-        )
+        insert(self.client, uri, version, at, text)
 
     def close(self, uri: str) -> None:
         self.client.text_document_did_close(
@@ -124,15 +125,8 @@ class Daemon:
         self, uri: str, at: types.Position, invoked: bool = False
     ) -> tuple[Answer, float]:
         """The answer to an inline completion request and how long it took, in ms."""
-        trigger = types.InlineCompletionTriggerKind.Invoked if invoked else types.InlineCompletionTriggerKind.Automatic
         start = time.perf_counter()
-        answer = await self.client.text_document_inline_completion_async(
-            types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=uri),
-                position=at,
-                context=types.InlineCompletionContext(trigger_kind=trigger),
-            )
-        )
+        answer = await inline(self.client, uri, at, invoked)
         return answer, (time.perf_counter() - start) * 1000
 
     async def stop(self) -> None:
@@ -163,18 +157,70 @@ def items_of(answer: Answer) -> Sequence[types.InlineCompletionItem]:
 
 
 def plain(value: Any) -> Any:
-    """pygls hands back custom responses as named tuples: plain dicts for a report."""
+    """pygls hands back custom responses as named tuples: plain dicts and lists."""
     if hasattr(value, "_asdict"):
         return {k: plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
 
 
-def write_report(report: Any, path: Path | None) -> None:
-    """Prints the report, and writes it to path when one was given."""
-    text = json.dumps(report, indent=1)
-    print(text)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+# -- what an editor sends and asks, with any pygls client ------------------------------------
+
+
+async def status_of(client: LanguageClient) -> dict[str, Any]:
+    """lookahead/status, as plain dicts."""
+    status: dict[str, Any] = plain(await client.protocol.send_request_async("lookahead/status", None))
+    return status
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:
+    """Returns once check() holds; AssertionError after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def until_ready(client: LanguageClient, timeout: float = 60.0) -> dict[str, Any]:
+    """The status once the model is no longer loading and every folder is indexed."""
+
+    async def ready() -> bool:
+        status = await status_of(client)
+        return bool(status["model_state"] != "loading" and status["index"]["state"] == "ready")
+
+    await until(ready, timeout)
+    return await status_of(client)
+
+
+def open_document(client: LanguageClient, uri: str, language: str, text: str) -> None:
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)
+        )
+    )
+
+
+def insert(client: LanguageClient, uri: str, version: int, at: types.Position, text: str) -> None:
+    """text typed (or pasted) at `at`, as an incremental change."""
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text=text)],
+        )
+    )
+
+
+def inline(client: LanguageClient, uri: str, at: types.Position, invoked: bool = False) -> Awaitable[Answer]:
+    """An inline completion request, automatic (as typing triggers it) unless invoked."""
+    trigger = types.InlineCompletionTriggerKind.Invoked if invoked else types.InlineCompletionTriggerKind.Automatic
+    return client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=at,
+            context=types.InlineCompletionContext(trigger_kind=trigger),
+        )
+    )
