@@ -37,6 +37,17 @@ def test_json_completion_of_the_sample_project(tmp_path: Path) -> None:
     assert "quantity" in out["completion"]
 
 
+def test_a_first_run_says_what_it_does_before_the_completion_and_a_second_measures_nothing(tmp_path: Path) -> None:
+    target = SAMPLE / "shop" / "orders.py"
+    runs = [_cli("complete", f"{target}:18:9", "--workspace", str(SAMPLE), "--max-tokens", "4", cache=tmp_path) for _ in range(2)]
+    said = [[line for line in run.stderr.splitlines() if line.startswith("lookahead-lsp: ")] for run in runs]
+    assert all(run.returncode == 0 and run.stdout.strip() for run in runs), runs[0].stderr
+    assert said[0][0].startswith("lookahead-lsp: loading the model gemma")
+    assert any("measuring this machine" in line for line in said[0])
+    assert any(line.startswith(f"lookahead-lsp: indexing {SAMPLE}") for line in said[0])
+    assert not any("measuring" in line for line in said[1]), "the machine is measured once"
+
+
 def test_multiline_never_stops_at_the_end_of_the_line(tmp_path: Path) -> None:
     target = SAMPLE / "shop" / "orders.py"
     completions = {}

@@ -87,12 +87,14 @@ async def test_inline_completions_while_typing(client: LanguageClient, workspace
     status = await until_ready(client)
     assert status["model_state"] == "ready" and status["model"].endswith(".gguf")
     assert status["index"]["files"] == 2 and status["index"]["tokens"] > 0
-    # Indexing reported work-done progress, begin to end.
-    assert any(
-        isinstance(reports[0], types.WorkDoneProgressBegin) and isinstance(reports[-1], types.WorkDoneProgressEnd)
-        for reports in client.progress_reports.values()
-        if reports
-    )
+    # Preparing the model and indexing reported work-done progress, begin to end.
+    ended: list[types.WorkDoneProgressBegin] = []
+    for reports in client.progress_reports.values():
+        if reports and isinstance(reports[0], types.WorkDoneProgressBegin) and isinstance(reports[-1], types.WorkDoneProgressEnd):
+            ended.append(reports[0])
+    model = "Lookahead: preparing the model"
+    assert any(b.title == model and (b.message or "").startswith("loading the model") for b in ended)
+    assert any(b.title != model for b in ended)
     uri = _open(client, workspace / ORDERS)
     result = await _inline(client, uri, 17, 8)
     assert result is not None and len(result.items) == 1

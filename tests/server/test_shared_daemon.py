@@ -212,6 +212,25 @@ def test_without_a_private_folder_for_the_socket_the_editor_is_served_in_process
     assert not list(shared.glob("*.sock"))
 
 
+def test_an_isolated_editor_gets_an_isolated_daemon(tmp_path: Path, runtime: Path) -> None:
+    # As the VS Code extension starts it: python -I, so neither PYTHONPATH nor the user's site
+    # folder can put a module in front of the daemon's.
+    env = _runtime_env(runtime, no_model_env(tmp_path))
+    path = runtime / "lookahead-lsp" / shared_socket(tmp_path / "cache", env["LOOKAHEAD_LSP_MODEL"]).name
+    command = serve_command(tmp_path / "cache")
+    with _stopped_at_the_end(path), tmp_path.joinpath("serve.log").open("wb") as log, subprocess.Popen(
+        [command[0], "-I", *command[1:]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env
+    ) as process:
+        peer = Peer.over_pipes(process)
+        peer.send(initialize(1))
+        assert "capabilities" in peer.response(1, timeout=WAIT_S)["result"]
+        arguments = Path(f"/proc/{_daemon_pid(path)}/cmdline").read_bytes().split(b"\0")
+        assert arguments[1] == b"-I" and b"--socket" in arguments
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(timeout=60)
+
+
 def test_the_shared_socket_is_one_per_version_python_cache_and_default_model(tmp_path: Path) -> None:
     assert shared_socket(tmp_path / "a", "") == shared_socket(tmp_path / "a", "")
     assert shared_socket(tmp_path / "a", "") != shared_socket(tmp_path / "b", "")

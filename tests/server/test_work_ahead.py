@@ -105,6 +105,25 @@ def test_where_the_cursor_rests_the_completion_is_ready_before_the_request(servi
         service.close_document(closed, None)
 
 
+def test_cancelling_a_request_that_took_over_work_done_ahead_stops_that_work(service: LookaheadService) -> None:
+    uri, text, offset = _spot("textwrap.py", "    def _wrap_chunks(self, chunks):")
+    service.open_document(uri, None, text)
+    before = _ahead(service)
+    served = service.status()["completions"]["served"]
+    service.cursor_rests(uri, None, text, offset, "python")  # a cold prompt: seconds of work
+    request = service.complete(uri, None, text, offset, "python", invoked=True)
+    assert _ahead(service)["adopted"] == before["adopted"] + 1
+    assert request.cancel()  # as the server's asyncio task does on $/cancelRequest
+    service.cancel(request)
+    deadline = time.monotonic() + 60
+    while _ahead(service)["stopped"] == before["stopped"]:
+        assert time.monotonic() < deadline, "the work the request took over went on"
+        time.sleep(0.05)
+    time.sleep(1)
+    assert service.status()["completions"]["served"] == served, "the model ran for a cancelled request"
+    service.close_document(uri, None)
+
+
 def test_coming_back_to_a_file_starts_from_its_saved_kv_state(service: LookaheadService) -> None:
     service.configure({"workAhead": False})
     try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lookahead_lsp.engine import CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
+from lookahead_lsp.engine.stages import LOADING
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.models.resolve import resolve_model_path
 from lookahead_lsp.base.repository_cache import open_repository_cache
@@ -71,10 +72,13 @@ def complete(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise UserError(str(error)) from error
     model_path = resolve_model_path(args.model)
+    _say(f"{LOADING} {model_path.name}")
     engine = Engine(
         EngineSettings(model_path, n_ctx=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.gpu_layers, sampling=args.sampling)
     )
     try:
+        if args.draft == "auto":
+            engine.prepare(_say)  # else the completion would measure the machine in silence
         caches = _caches(engine, args)
         relative = _relative_name(path, args.workspace)
         request = CompletionRequest(cursor.prefix, cursor.suffix, relative)
@@ -89,6 +93,12 @@ def complete(args: argparse.Namespace) -> int:
         sys.stdout.write(result.text + "\n")
         print(_summary(result.stats.as_dict(), result.stop_reason), file=sys.stderr)
     return 0
+
+
+def _say(stage: str) -> None:
+    """What the command is doing before the completion, on stderr (the completion alone goes
+    to stdout): a first run loads and measures for seconds."""
+    print(f"lookahead-lsp: {stage}...", file=sys.stderr, flush=True)
 
 
 def _summary(stats: dict[str, object], stop_reason: str) -> str:
@@ -111,6 +121,7 @@ def _caches(engine: Engine, args: argparse.Namespace) -> DraftCaches:
         if not root.is_dir():
             raise UserError(f"workspace is not a folder: {root}")
         index = WorkspaceIndex(tokenizer.n_vocab)
+        _say(f"indexing {root}")
         index.index_folder(root, tokenizer)
         workspace = index.cache
     repository = None

@@ -16,6 +16,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from lookahead_lsp.base.cache_files import atomic_writer, default_cache_dir
 from lookahead_lsp.engine.runtime import MAIN_SEQ, ModelRuntime
+from lookahead_lsp.engine.stages import MEASURING
 
 _LOG = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -160,10 +162,12 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def load_or_measure(runtime: ModelRuntime, cache_dir: Path | None) -> CostModel:
+def load_or_measure(
+    runtime: ModelRuntime, cache_dir: Path | None, report: Callable[[str], None] | None = None
+) -> CostModel:
     """The cost model for this runtime: read from cache_dir if measured before, else measured
-    now (a few seconds) and saved there atomically. A cache file that cannot be read is measured
-    again, with a warning."""
+    now (a few seconds; report says so first) and saved there atomically. A cache file that
+    cannot be read is measured again, with a warning."""
     key = machine_key(runtime)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = (cache_dir or default_cache_dir()) / f"cost-{digest}.json"
@@ -174,6 +178,8 @@ def load_or_measure(runtime: ModelRuntime, cache_dir: Path | None) -> CostModel:
                 return CostModel(tuple(data["sizes"]), tuple(float(x) for x in data["ms"]))
         except (OSError, ValueError, KeyError, TypeError) as error:
             _LOG.warning("%s: unreadable cost model, measuring again (%s)", path, error)
+    if report is not None:
+        report(MEASURING)
     model = measure(runtime)
     try:
         with atomic_writer(path) as out:

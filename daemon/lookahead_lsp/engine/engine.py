@@ -24,6 +24,7 @@ from lookahead_lsp.engine.policy import AutoPolicy
 from lookahead_lsp.engine.prompt import CompletionRequest, ContextChunk, FimTokens, Prompt, PromptBuilder
 from lookahead_lsp.engine.results import Completion
 from lookahead_lsp.engine.runtime import ModelRuntime, RuntimeSettings
+from lookahead_lsp.engine.stages import INDEXING_VOCABULARY
 from lookahead_lsp.engine.threads import ThreadChooser
 
 # The calibration is saved after a completion at most this often (and when the engine closes).
@@ -75,18 +76,21 @@ class Engine:
         """Where each verified position's argmax is taken: "backend" or "host"."""
         return self.runtime.sampling
 
-    def prepare(self) -> None:
+    def prepare(self, report: Callable[[str], None] | None = None) -> None:
         """Does now what the first completion would otherwise wait for: measures this machine's
         pass cost curve (once per machine and model; a few seconds) and builds the vocabulary
-        index token healing looks in (a second or two)."""
-        self.auto_policy()
+        index token healing looks in (a second or two). report(stage) is told of each step
+        that takes seconds before it starts."""
+        self.auto_policy(report)
+        if self._token_prefixes is None and report is not None:
+            report(INDEXING_VOCABULARY)
         self.token_prefixes()
 
-    def auto_policy(self) -> AutoPolicy:
+    def auto_policy(self, report: Callable[[str], None] | None = None) -> AutoPolicy:
         """auto's state, from the saved calibration; the first call measures the seed cost
-        curve if this machine has none yet (a few seconds)."""
+        curve if this machine has none yet (a few seconds, said to report first)."""
         if self._policy is None:
-            seed = cost_model.load_or_measure(self.runtime, self._cache_dir)
+            seed = cost_model.load_or_measure(self.runtime, self._cache_dir, report)
             cal = self._calibration
             cost = OnlineCost(seed, cal.level, cal.offsets)
             self._policy = AutoPolicy(cal.acceptance, cost, cal.guard)

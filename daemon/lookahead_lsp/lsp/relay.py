@@ -94,8 +94,20 @@ def _connect(path: Path) -> socket.socket | None:
     return sock
 
 
+def interpreter_flags() -> list[str]:
+    """This interpreter's isolation, for the daemon it starts: an editor that runs the relay
+    with -I (no PYTHON* variables, no user site, no script folder on sys.path) gets a daemon
+    that runs so too."""
+    if sys.flags.isolated:
+        return ["-I"]
+    flags = ["-E"] if sys.flags.ignore_environment else []
+    flags += ["-s"] if sys.flags.no_user_site else []
+    return flags + (["-P"] if getattr(sys.flags, "safe_path", False) else [])
+
+
 def _start_daemon(path: Path, cache_dir: Path | None, log_level: str | None) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "lookahead_lsp", "serve", "--socket", str(path), "--idle-exit", str(IDLE_EXIT_S)]
+    command = [sys.executable, *interpreter_flags(), "-m", "lookahead_lsp", "serve", "--socket", str(path)]
+    command += ["--idle-exit", str(IDLE_EXIT_S)]
     if cache_dir is not None:
         command += ["--cache-dir", str(cache_dir)]
     if log_level is not None:

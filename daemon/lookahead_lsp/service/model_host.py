@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.engine import Engine, EngineSettings
+from lookahead_lsp.engine.stages import LOADING
 from lookahead_lsp.models.resolve import resolve_model_path
 from lookahead_lsp.service.scheduler import CompletionWorker
 
@@ -44,8 +45,10 @@ class LoadedModel(Generic[T]):
     engine: Engine | None = None
     path: Path | None = None
     error: str | None = None
+    stage: str = LOADING  # what the load does now (engine/stages.py), while not ready
     sessions: int = 0
-    # Called once the load ended (engine or error set), for each session using the model.
+    # Called for each session using the model when the load moves to its next stage, and once
+    # when it ended (ready set: engine or error).
     listeners: list[Callable[[LoadedModel[T]], None]] = field(default_factory=list)
 
 
@@ -57,7 +60,8 @@ class ModelHost(Generic[T]):
 
     def acquire(self, key: ModelKey, on_loaded: Callable[[LoadedModel[T]], None]) -> LoadedModel[T]:
         """The model for key, loading it in the background if no session has it;
-        on_loaded(model) runs when it is ready or failed (at once if it is already)."""
+        on_loaded(model) runs at each stage of the load and when it is ready or failed (at once
+        if it is already)."""
         with self._lock:
             model = self._models.get(key)
             fresh = model is None
@@ -101,10 +105,19 @@ class ModelHost(Generic[T]):
 
     def _load(self, model: LoadedModel[T]) -> None:
         key = model.key
+
+        def stage(text: str) -> None:
+            with self._lock:
+                model.stage = text
+                listeners = list(model.listeners)
+            for listener in listeners:
+                listener(model)
+
         try:
             path = resolve_model_path(None, key.model_path, asker="editor")
+            stage(f"{LOADING} {path.name}")
             engine = Engine(EngineSettings(path, key.context_size, key.threads, key.gpu_layers, self.cache_dir, key.sampling))
-            engine.prepare()  # not in the first request
+            engine.prepare(stage)  # not in the first request
         except (UserError, OSError, ValueError) as error:
             with self._lock:
                 model.error = str(error)

@@ -48,6 +48,8 @@ _EDIT_PAUSE_S = 0.5
 _AHEAD_PREFILL_CHUNK = 64
 # A request waits this long for a model still loading before it answers nothing.
 _MODEL_WAIT_S = 30.0
+# The work-done progress of preparing the model (one per session).
+_MODEL_PROGRESS = "lookahead-model"
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,15 @@ class LookaheadService:
             self.host.release(old, self._model_loaded)
 
     def _model_loaded(self, model: LoadedModel[Answer]) -> None:
-        if model is not self._model:
+        """The model's load moved on (a stage, said as work-done progress) or ended. By key, not
+        identity: the load's thread may get here before acquire() has returned the model."""
+        if model is not self._model and model.key != self._model_key():
             return
+        if not model.ready.is_set():
+            self.client.progress(_MODEL_PROGRESS, "Lookahead: preparing the model", model.stage, None, False)
+            self.client.status_changed()
+            return
+        self.client.progress(_MODEL_PROGRESS, "Lookahead: preparing the model", "", None, True)
         if model.error is not None:
             self.client.show(logging.ERROR, f"lookahead-lsp: no completions: {model.error}")
             self.client.status_changed()
@@ -271,6 +280,9 @@ class LookaheadService:
         adopted = self.worker.adopt(answer_key(self._session + uri, prefix, suffix))
         if adopted is not None:
             self.ahead.adopted += 1
+            worker = self.worker
+            # The editor cancels `done` ($/cancelRequest): the job it took over stops with it.
+            done.add_done_callback(lambda f: worker.cancel_job(adopted) if f.cancelled() else None)
             adopted.add_done_callback(lambda f: self._after_adopted(uri, path, prefix, suffix, f, done))
             return done
         return self._submit(uri, path, prefix, suffix, invoked)
@@ -338,7 +350,10 @@ class LookaheadService:
         done: Future[Answer | None],
     ) -> None:
         """The request took over work done ahead for it: the continuation is cut for it, or,
-        where that cannot tell (or the work was stopped), the model runs for it after all."""
+        where that cannot tell (or the work was stopped), the model runs for it after all,
+        unless the editor cancelled the request meanwhile."""
+        if done.cancelled():
+            return
         answer = None if future.cancelled() or future.exception() is not None else future.result()
         completion = answer.completion if answer is not None else None
         shown = None
@@ -455,6 +470,9 @@ class LookaheadService:
             "model": model,
             "model_state": "loading" if loading else ("error" if error else "ready"),
             "model_error": error,
+            # What preparing the model does now (loading, measuring the machine...): null once
+            # it is ready.
+            "model_stage": loaded.stage if loaded is not None and loading else None,
             # Which device runs the model ("CPU", "CUDA0", ...) and where each verified
             # position's argmax is taken ("backend" or "host"): null until a model is loaded.
             "backend": engine.backend if engine is not None else None,
