@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from lookahead_lsp.base.errors import UserError
-from lookahead_lsp.lsp.transport import Listener, listen_tcp, listen_unix
+from lookahead_lsp.lsp.listeners import Listener, listen_tcp, listen_unix
 from lookahead_lsp.models.resolve import MODEL_ENV_VAR
 
 

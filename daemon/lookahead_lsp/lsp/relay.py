@@ -1,8 +1,8 @@
 """`lookahead-lsp serve` over stdio as a relay to the user's shared daemon: the editor still
 starts one command and talks LSP on its stdin and stdout, but the model runs once per user.
 
-The shared daemon listens on a Unix socket in the user's private runtime folder (transport.py
-checks the folder and every peer's uid). Its name holds the package's version, the Python that
+The shared daemon listens on a Unix socket in the user's private runtime folder (listeners.py
+checks the folder, transport.py every peer's uid). Its name holds the package's version, the Python that
 runs it, the cache folder and the model named by the environment, so a relay never talks to a
 daemon of another version, cache or default model. When no daemon answers, the relay starts one (`serve --socket PATH --idle-exit`, in a
 session of its own, its log in PATH.log) and connects once it listens; the daemon leaves when
@@ -28,7 +28,7 @@ from typing import BinaryIO
 from lookahead_lsp import __version__
 from lookahead_lsp.base.cache_files import default_cache_dir
 from lookahead_lsp.base.errors import UserError
-from lookahead_lsp.lsp.transport import check_private_folder, make_private_folder, runtime_folder
+from lookahead_lsp.lsp.listeners import check_private_folder, make_private_folder, runtime_folder
 
 # The shared daemon stays this long after its last client left (an editor restarting, a second
 # window opening a little later find the model loaded).

@@ -37,7 +37,8 @@ from lookahead_lsp.lsp.items import (
 from lookahead_lsp.lsp.rpc import CURSOR_NOTIFICATION, LookaheadProtocol
 from lookahead_lsp.service.model_host import ModelHost
 from lookahead_lsp.service.service import Answer, LookaheadService
-from lookahead_lsp.lsp.transport import Listener, Session, serve_socket, serve_stdio
+from lookahead_lsp.lsp.listeners import Listener
+from lookahead_lsp.lsp.transport import Session, serve_socket, serve_stdio
 
 STATUS_REQUEST = "lookahead/status"
 STATUS_CHANGED_NOTIFICATION = "lookahead/statusChanged"

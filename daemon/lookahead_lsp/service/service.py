@@ -1,8 +1,11 @@
-"""What the language server does, without the protocol: the model (loaded in the background),
-the workspace folders (workspace_folders.py, each one's index, watcher and repository cache
-created once the model's tokenizer is known), the open documents (documents.py), completions
-scheduled on one model worker, and the status the editor shows. The server (server.py) only
-translates LSP messages into calls of this class and its answers back."""
+"""What the language server does for one session (an editor window), without the protocol: the
+model (shared with the daemon's other sessions, model_host.py), the workspace folders
+(folders.py: each one's index, watcher and repository cache, created once the model's tokenizer
+is known), the open documents (documents.py), completions scheduled on the model's worker
+(scheduler.py) and work done ahead, and the status the editor shows (status.py). The server
+(lsp/server.py) only translates LSP messages into calls of this class and its answers back.
+
+One class, one lock: a request, an edit and a settings change see the session's state as one."""
 
 from __future__ import annotations
 
@@ -26,12 +29,11 @@ from lookahead_lsp.engine import (
     CompletionRequest,
     DecodeOptions,
     DraftCaches,
-    Engine,
     PromptWindows,
 )
 from lookahead_lsp.base.editor import Editor
 from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
-from lookahead_lsp.service.status import workspace_status
+from lookahead_lsp.service.status import AheadCounters, Counters, ahead_status, workspace_status
 from lookahead_lsp.service.settings import Settings, apply_update, model_values
 from lookahead_lsp.service.unopened import read_unopened
 from lookahead_lsp.workspace.folder import FolderSettings, WorkspaceFolder
@@ -68,32 +70,6 @@ class Answer:
     text: str
     source: str  # "model" or "cache"
     completion: Completion | None = None
-
-
-@dataclass
-class Counters:
-    served: int = 0
-    from_cache: int = 0
-    cancelled: int = 0
-    failed: int = 0
-
-
-@dataclass
-class AheadCounters:
-    """What work done while the model was idle cost and saved."""
-
-    runs: int = 0  # idle completions that finished
-    stopped: int = 0  # idle completions a request interrupted
-    served: int = 0  # answers cut from their continuations, from the cache
-    adopted: int = 0  # requests that found their answer being computed ahead and waited for it
-    ms_model: float = 0.0  # model time spent ahead of requests
-
-    def record(self, result: Completion) -> None:
-        self.ms_model += result.stats.ms_total
-        if result.stop_reason == "cancelled":
-            self.stopped += 1
-        else:
-            self.runs += 1
 
 
 class LookaheadService:
@@ -485,29 +461,11 @@ class LookaheadService:
                 "failed": self.counters.failed,
             },
             "last": self.last_completion,
-            "ahead": self._ahead_status(engine, preempted),
+            "ahead": ahead_status(self.ahead, self.settings.work_ahead, engine, preempted),
             # Sessions (editor windows) of this daemon that share this one's model, and the
             # models the daemon holds.
             "shared": {"sessions": loaded.sessions if loaded is not None else 0, "models": self.host.loaded()},
             "draft": self.settings.draft,
-        }
-
-
-    def _ahead_status(self, engine: Engine | None, preempted: int) -> dict[str, Any]:
-        a = self.ahead
-        snapshots = engine.snapshots if engine is not None else None
-        return {
-            "enabled": self.settings.work_ahead,
-            "runs": a.runs,
-            "stopped": a.stopped + preempted,
-            "served": a.served,
-            "adopted": a.adopted,
-            "ms_model": round(a.ms_model, 1),
-            # KV states of recently used documents, and what putting them back spared.
-            "kv_states": len(snapshots) if snapshots else 0,
-            "kv_states_mib": round(snapshots.nbytes / 2**20, 1) if snapshots else 0.0,
-            "kv_restored": snapshots.stats.restored if snapshots else 0,
-            "kv_tokens_restored": snapshots.stats.tokens_restored if snapshots else 0,
         }
 
 

@@ -1,12 +1,61 @@
-"""The workspace part of lookahead/status: the folders' indexes added up, each folder's root,
-repository cache and watcher."""
+"""Parts of lookahead/status: the service's counters of completions and of work done ahead, and
+the workspace (the folders' indexes added up, each folder's root, repository cache, watcher and
+index)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lookahead_lsp.engine import Completion, Engine
 from lookahead_lsp.workspace.folder import FolderStatus
+
+
+@dataclass
+class Counters:
+    served: int = 0
+    from_cache: int = 0
+    cancelled: int = 0
+    failed: int = 0
+
+
+@dataclass
+class AheadCounters:
+    """What work done while the model was idle cost and saved."""
+
+    runs: int = 0  # idle completions that finished
+    stopped: int = 0  # idle completions a request interrupted
+    served: int = 0  # answers cut from their continuations, from the cache
+    adopted: int = 0  # requests that found their answer being computed ahead and waited for it
+    ms_model: float = 0.0  # model time spent ahead of requests
+
+    def record(self, result: Completion) -> None:
+        self.ms_model += result.stats.ms_total
+        if result.stop_reason == "cancelled":
+            self.stopped += 1
+        else:
+            self.runs += 1
+
+
+def ahead_status(a: AheadCounters, enabled: bool, engine: Engine | None, preempted: int) -> dict[str, Any]:
+    """"ahead": what work done while the model was idle cost and saved (preempted: idle jobs
+    the worker stopped for requests), and the KV states of recently used documents."""
+    snapshots = engine.snapshots if engine is not None else None
+    return {
+        "enabled": enabled,
+        "runs": a.runs,
+        "stopped": a.stopped + preempted,
+        "served": a.served,
+        "adopted": a.adopted,
+        "ms_model": round(a.ms_model, 1),
+        # KV states of recently used documents, and what putting them back spared.
+        "kv_states": len(snapshots) if snapshots else 0,
+        "kv_states_mib": round(snapshots.nbytes / 2**20, 1) if snapshots else 0.0,
+        "kv_restored": snapshots.stats.restored if snapshots else 0,
+        "kv_tokens_restored": snapshots.stats.tokens_restored if snapshots else 0,
+    }
+
 
 
 def workspace_status(roots: list[Path], statuses: list[FolderStatus], model_failed: bool) -> dict[str, Any]:

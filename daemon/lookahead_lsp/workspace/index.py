@@ -22,7 +22,10 @@ Threads: any method may be called from any thread, and `cache` may be read at an
 NgramCache has its own reader/writer lock). The per-file bookkeeping (indexed_files.py) is
 guarded by one lock, held briefly. Single-file updates read, tokenize and commit while holding the tokenizer lock,
 so they apply one at a time, in call order. index_folder's worker processes tokenize without
-it; what they return is committed only for files that no other update touched meanwhile."""
+it; what they return is committed only for files that no other update touched meanwhile.
+
+One class (the module's length has that reason): the files, their counts and the table change
+together under those locks, which a split into classes would spread."""
 
 from __future__ import annotations
 
