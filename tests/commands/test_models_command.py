@@ -49,6 +49,13 @@ def test_list_shows_every_model_and_what_its_columns_mean(tmp_path: Path) -> Non
     assert installed == {entry.name: ("package" if entry.name == catalogue.DEFAULT_MODEL_NAME else None) for entry in catalogue.CATALOGUE}
     default_row = next(line for line in lines if line.startswith(catalogue.DEFAULT_MODEL_NAME + " "))
     assert " package " in default_row
+    # Whether each entry's repository and file were seen to exist: said, and explained below.
+    column = lines[0].index("CHECKED")  # the columns are aligned
+    for entry in catalogue.CATALOGUE:
+        row = next(line for line in lines if line.startswith(entry.name + " "))
+        assert row[column:].split()[0] == ("yes" if entry.confirmed else "no"), row
+    assert "CHECKED no:" in done.stdout
+    assert {e["name"]: bool(e["confirmed"]) for e in listed}[catalogue.DEFAULT_MODEL_NAME] is False
 
 
 @pytest.mark.parametrize("fim", [True, False])

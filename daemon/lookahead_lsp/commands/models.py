@@ -22,6 +22,7 @@ _LIST_NOTES = (
     "speed falls with size (fast: up to 0.5 GB, medium: up to 1.5 GB, slow: more).",
     "FIM yes: completions also see the code after the cursor.",
     "SHA256 not pinned: a pull checks the file against the Hub's own sha256 of it.",
+    "CHECKED no: the repository and file name were not seen to exist; a pull may not find them.",
     "INSTALLED pulled: by `models pull`; package: the default model's Python package "
     f"({DEFAULT_MODEL_PACKAGE}), which needs no pull.",
     "Get one with `lookahead-lsp models pull NAME`, then use NAME as the editor's modelPath "
@@ -34,7 +35,7 @@ def models_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([_entry_json(entry) for entry in entries]))
         return 0
-    header = ("NAME", "SIZE", "FIM", "CPU SPEED", "LICENCE", "SHA256", "INSTALLED", "REPOSITORY/FILE")
+    header = ("NAME", "SIZE", "FIM", "CPU SPEED", "LICENCE", "SHA256", "CHECKED", "INSTALLED", "REPOSITORY/FILE")
     rows = [header] + [_entry_row(entry) for entry in entries]
     widths = [max(len(row[column]) for row in rows) for column in range(len(header) - 1)]
     for row in rows:
@@ -53,6 +54,7 @@ def _entry_row(entry: CatalogueEntry) -> tuple[str, ...]:
         entry.speed,
         entry.licence,
         "pinned" if entry.pin else "not pinned",
+        "yes" if entry.confirmed else "no",
         _installed(entry) or "no",
         entry.source.spec,
     )

