@@ -143,9 +143,18 @@ def test_a_scan_past_the_budget_writes_the_rest_straight_to_disk(
     index = WorkspaceIndex(tokenizer.n_vocab, root=root, tokenizer=tokenizer, settings=IndexSettings(memory_budget=8 << 20))
     index.load(store, FINGERPRINT)
     peaks: list[int] = []
-    index.index_folder(jobs=2, progress=lambda _: peaks.append(index.status().memory_bytes))
+    counted: list[int] = []
+
+    def report(_: object) -> None:
+        status = index.status()
+        peaks.append(status.memory_bytes)
+        counted.append(status.tokens)
+
+    index.index_folder(jobs=2, progress=report)
     assert max(peaks) < 12 << 20  # the budget, and one file's worth past it
     assert index.status().table_files == len(texts)
+    # The status counts the files written straight to disk too, as they are written.
+    assert max(counted) == index.status().tokens
     assert_drafts_as(index.drafting(), truth(tokenizer, texts))
 
 

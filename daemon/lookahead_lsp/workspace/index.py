@@ -159,7 +159,8 @@ class WorkspaceIndex:
         with self._lock:
             table = self._table.header if self._table is not None else None
             return IndexStatus(
-                self._state, len(self._files.records) + len(self._files.spooled), self._files.n_tokens,
+                self._state, len(self._files.records) + len(self._files.spooled),
+                self._files.n_tokens + sum(self._files.spooled.values()),
                 self.cache.n_keys + (table["n_keys"] if table else 0), len(self._files.open),
                 memory_bytes=self._files.memory_bytes(), budget_bytes=self.settings.budget(),
                 table_files=len(self._files.table_records), table_bytes=table["file_size"] if table else 0,
@@ -501,7 +502,7 @@ class WorkspaceIndex:
                     record = FileRecord(tokens, stamp, None)
                     spool.add(_relative(self._require_root(), path), record)
                     self._files.claims.discard(path)
-                    self._files.spooled.add(path)  # its tokens are on disk only
+                    self._files.spooled[path] = len(tokens)  # its tokens are on disk only
                     return "updated"
             return self._files.commit_scanned(path, tokens, stamp)
 

@@ -32,8 +32,9 @@ class IndexedFiles:
         self.removed = NgramCache(cache.n_vocab)
         self.table_records: dict[Path, FileRecord] = {}
         # Files a scan wrote straight to the next table's store (the budget was full): not
-        # drafted from until that table replaces this one, dropped from here by any update.
-        self.spooled: set[Path] = set()
+        # drafted from until that table replaces this one, dropped from here by any update;
+        # with their tokens' count, which the status adds to the folder's.
+        self.spooled: dict[Path, int] = {}
         self.records: dict[Path, FileRecord] = {}
         self.open: set[Path] = set()
         self.claims: set[Path] = set()
@@ -64,7 +65,7 @@ class IndexedFiles:
         self.n_tokens += len(record.tokens)
         self.memory_tokens += len(record.tokens)
         self.claims.discard(key)
-        self.spooled.discard(key)
+        self.spooled.pop(key, None)
 
     def _replace(self, old: TokenArray, new: TokenArray) -> None:
         """Swaps old's n-grams for new's touching only those that differ: an edit changes a
@@ -81,8 +82,7 @@ class IndexedFiles:
     def drop(self, key: Path) -> bool:
         """Removes the file's n-grams; whether it was indexed."""
         self.claims.discard(key)
-        spooled = key in self.spooled
-        self.spooled.discard(key)
+        spooled = self.spooled.pop(key, None) is not None
         old = self.records.pop(key, None)
         if old is None:
             return spooled
