@@ -513,17 +513,9 @@ async def first_start(
         polls, index = await poll_until_ready(daemon, launch.started, FIRST_POLL_S, timeout_s)
         report["indexed_s"] = polls[-1].t_s
         report["table_first_seen_s"] = next((p.t_s for p in polls if p.table_bytes > 0), None)
-        assert launch.sampler is not None
-        final = launch.sampler.sample()
-        report["final_rss_mb"] = _mb(final.rss_kb) if final else None
-        report["final_rss_anon_mb"] = _mb(final.anon_kb) if final else None
-        report["index"] = index
-        report["polls"] = [p.as_list() for p in polls]
+        report.update(_at_the_end(launch, polls, index, "final_rss_mb", "final_rss_anon_mb"))
     finally:
-        report["stop_s"] = await launch.stop()
-    if launch.sampler is not None:
-        report.update(launch.sampler.peaks())
-        report["memory"] = launch.sampler.series()
+        report.update(await _stopped(launch))
     report["cost_model_measured"] = _cost_models(cache) != seeded
     _copy_cost_models(cache, seeds)
     return report
@@ -550,18 +542,32 @@ async def restart(folder: Folder, cache: Path, settings: dict[str, Any], table_e
         mapped = next((p.t_s for p in polls if p.table_bytes > 0), None)
         report["table_mapped_s"] = mapped
         report["usable_s"] = mapped if table_expected else polls[-1].t_s
-        assert launch.sampler is not None
-        final = launch.sampler.sample()
-        report["rss_at_ready_mb"] = _mb(final.rss_kb) if final else None
-        report["rss_anon_at_ready_mb"] = _mb(final.anon_kb) if final else None
-        report["index"] = index
-        report["polls"] = [p.as_list() for p in polls]
+        report.update(_at_the_end(launch, polls, index, "rss_at_ready_mb", "rss_anon_at_ready_mb"))
     finally:
-        report["stop_s"] = await launch.stop()
-    if launch.sampler is not None:
-        report.update(launch.sampler.peaks())
-        report["memory"] = launch.sampler.series()
+        report.update(await _stopped(launch))
     return report
+
+
+def _at_the_end(launch: Launch, polls: list[Poll], index: Any, rss: str, anon: str) -> dict[str, Any]:
+    """The daemon's memory now (under the names rss and anon), its last index status and the
+    polls that led there."""
+    assert launch.sampler is not None
+    final = launch.sampler.sample()
+    return {
+        rss: _mb(final.rss_kb) if final else None,
+        anon: _mb(final.anon_kb) if final else None,
+        "index": index,
+        "polls": [p.as_list() for p in polls],
+    }
+
+
+async def _stopped(launch: Launch) -> dict[str, Any]:
+    """Stops the daemon: how long that took, and its memory's peaks and series."""
+    out: dict[str, Any] = {"stop_s": await launch.stop()}
+    if launch.sampler is not None:
+        out.update(launch.sampler.peaks())
+        out["memory"] = launch.sampler.series()
+    return out
 
 
 async def daemon_part(folder: Folder, files: list[Path], work: Path, budget_mib: int | None, timeout_s: float) -> dict[str, Any]:
