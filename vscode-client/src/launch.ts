@@ -6,7 +6,7 @@
 
 import * as fs from 'fs';
 import * as path from 'path';
-import { CommandLine, Origin, formatCommandLine } from './logic';
+import { CommandLine, Origin, formatCommandLine } from './commandLines';
 
 /** Python's isolated mode: neither the working directory nor a script's folder on sys.path, no
  * user site-packages, no PYTHON* variables (3.4 and newer; `-P` alone needs 3.11). For the

@@ -4,22 +4,20 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
-import { PYTHON_PROBE_ARGS, VERIFY_DAEMON_ARGS, pipInstallCommand, venvCommand, verifyCommand } from '../install';
-import { runProcess } from '../installer';
-import { Launch, ensureWorkingFolder, formatLaunch, launchFor, workingFolder } from '../launch';
 import {
   ConfiguredCommand,
-  DEFAULT_SETTINGS,
-  LookaheadSettings,
   ProgramSearch,
   formatCommandLine,
   locateProgram,
-  modelPickItems,
-  parseModelList,
   resolveBuildCacheCommand,
   resolveModelsListCommand,
   resolveServerCommand,
-} from '../logic';
+} from '../commandLines';
+import { PYTHON_PROBE_ARGS, VERIFY_DAEMON_ARGS, pipInstallCommand, venvCommand, verifyCommand } from '../install';
+import { runProcess } from '../installer';
+import { Launch, ensureWorkingFolder, formatLaunch, launchFor, workingFolder } from '../launch';
+import { modelPickItems, parseModelList } from '../modelCatalogue';
+import { DEFAULT_SETTINGS, LookaheadSettings } from '../settings';
 
 const posix = process.platform !== 'win32';
 
