@@ -90,11 +90,13 @@ install: prerequisites $(PY) $(LLAMA_STAMP)
 
 # The sdist and a wheel built from it (which proves the sdist complete) in dist/, for
 # `pip install` or `pipx install`. The wheel's native core is built for this machine's Python,
-# operating system and CPU family.
-dist: install
+# operating system and CPU family. Beside them the portable llama-cpp-python wheel (the .vsix's),
+# which pip takes with --find-links dist instead of compiling llama.cpp with -march=native.
+dist: install $(VSIX_LLAMA)/.built
 	$(PIP) install --quiet 'build>=1'
 	rm -rf dist
 	$(PY) -m build --no-isolation --outdir dist .
+	cp $(VSIX_LLAMA)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl dist/
 
 # Tools of the editor tests, installed when missing: Neovim and Emacs with eglot and lsp-mode
 # (the other editors of the LSP tests; an elpa-* package is known by its emacsen-common install
