@@ -2,17 +2,8 @@
 // and the command lines that make it. No `vscode` import and no processes: tested under plain Node.
 
 import * as path from 'path';
-import {
-  CommandLine,
-  ConfiguredCommand,
-  DEFAULT_SETTINGS,
-  Located,
-  LookaheadSettings,
-  ProgramSearch,
-  expandHome,
-  locateProgram,
-  resolveServerCommand,
-} from './logic';
+import { CommandLine, ConfiguredCommand, Located, ProgramSearch, locateProgram, resolveServerCommand } from './commandLines';
+import { DEFAULT_SETTINGS, LookaheadSettings, expandHome } from './settings';
 import { ISOLATED } from './launch';
 
 /** What `lookahead.installSpec` installs when it is empty: the daemon and its default model. */

@@ -5,7 +5,7 @@
 import * as cp from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
-import { CommandLine, ProgramSearch, formatCommandLine, locateProgram } from './logic';
+import { CommandLine, ProgramSearch, formatCommandLine, locateProgram } from './commandLines';
 import {
   DAEMON_DISTRIBUTION,
   INTERPRETER_PROBE_ARGS,

@@ -25,7 +25,8 @@ import {
   venvLayout,
 } from '../install';
 import { carriesDaemon, findPython, installDaemon, runProcess } from '../installer';
-import { DEFAULT_SETTINGS, LookaheadSettings, ProgramSearch, formatCommandLine } from '../logic';
+import { ProgramSearch, formatCommandLine } from '../commandLines';
+import { DEFAULT_SETTINGS, LookaheadSettings } from '../settings';
 
 const posix = process.platform !== 'win32';
 
