@@ -71,8 +71,7 @@ $(PY): | prerequisites
 # `make install`'s for this machine, and the .vsix's portable avx2 one.
 $(LLAMA_CACHE)-%/.built: | $(PY)
 	mkdir -p $(@D)
-	CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS_$(word 1,$(subst -, ,$*))) $(LLAMA_GPU_ARGS_$(word 2,$(subst -, ,$*))))" \
-		$(PIP) wheel --quiet --no-cache-dir --no-deps llama-cpp-python==$(LLAMA_CPP_VERSION) -w $(@D)
+	CMAKE_ARGS="$(strip $(LLAMA_CMAKE_ARGS_$(word 1,$(subst -, ,$*))) $(LLAMA_GPU_ARGS_$(word 2,$(subst -, ,$*))))" $(PIP) wheel --quiet --no-cache-dir --no-deps llama-cpp-python==$(LLAMA_CPP_VERSION) -w $(@D)
 	touch $@
 
 # The first install brings its dependencies; the second replaces a build of the same version
