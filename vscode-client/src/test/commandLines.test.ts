@@ -14,11 +14,8 @@ import {
   resolveBuildCacheCommand,
   resolveServerCommand,
 } from '../commandLines';
-import { DEFAULT_SETTINGS, LookaheadSettings } from '../settings';
-
-function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
-  return { ...DEFAULT_SETTINGS, serverCommand: [], disabledLanguages: [], ...overrides };
-}
+import { LookaheadSettings } from '../settings';
+import { settings } from './fixtures';
 
 describe('server command line', () => {
   it('runs `lookahead-lsp serve` from PATH by default', () => {

@@ -9,11 +9,7 @@ import {
   Timers,
   cursorReport,
 } from '../cursorReports';
-import { DEFAULT_SETTINGS, LookaheadSettings } from '../settings';
-
-function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
-  return { ...DEFAULT_SETTINGS, serverCommand: [], disabledLanguages: [], ...overrides };
-}
+import { settings } from './fixtures';
 
 /** Timers run by hand: advance(ms) fires what falls due, in order. */
 class FakeTimers implements Timers {

@@ -26,13 +26,9 @@ import {
 } from '../install';
 import { carriesDaemon, findPython, installDaemon, runProcess } from '../installer';
 import { ProgramSearch, formatCommandLine } from '../commandLines';
-import { DEFAULT_SETTINGS, LookaheadSettings } from '../settings';
+import { settings } from './fixtures';
 
 const posix = process.platform !== 'win32';
-
-function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
-  return { ...DEFAULT_SETTINGS, serverCommand: [], disabledLanguages: [], ...overrides };
-}
 
 /** A machine with exactly these executable files and this PATH. */
 function machine(files: string[], PATH: string, platform = 'linux'): ProgramSearch {

@@ -17,13 +17,9 @@ import { PYTHON_PROBE_ARGS, VERIFY_DAEMON_ARGS, pipInstallCommand, venvCommand, 
 import { runProcess } from '../installer';
 import { Launch, ensureWorkingFolder, formatLaunch, launchFor, workingFolder } from '../launch';
 import { modelPickItems, parseModelList } from '../modelCatalogue';
-import { DEFAULT_SETTINGS, LookaheadSettings } from '../settings';
+import { settings } from './fixtures';
 
 const posix = process.platform !== 'win32';
-
-function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
-  return { ...DEFAULT_SETTINGS, serverCommand: [], disabledLanguages: [], ...overrides };
-}
 
 function scratch(): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), 'lookahead-launch-'));

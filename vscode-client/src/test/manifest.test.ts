@@ -2,16 +2,8 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
-import { DEFAULT_SETTINGS, declaredSettings } from '../settings';
-
-const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
-/** Every setting package.json declares, as the extension reads them at activation. */
-const declared = declaredSettings(manifest.contributes.configuration.properties);
-
-type Property = { scope?: string; default?: unknown };
-const properties: Record<string, Property> = manifest.contributes.configuration.properties;
-
-const contributed: { command: string; title: string; category?: string }[] = manifest.contributes.commands;
+import { DEFAULT_SETTINGS } from '../settings';
+import { contributed, declared, manifest, properties } from './fixtures';
 
 describe('package.json', () => {
 

@@ -9,11 +9,7 @@ import {
   modelPullPrompt,
   parseModelList,
 } from '../modelCatalogue';
-import { DEFAULT_SETTINGS, LookaheadSettings } from '../settings';
-
-function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
-  return { ...DEFAULT_SETTINGS, serverCommand: [], disabledLanguages: [], ...overrides };
-}
+import { settings } from './fixtures';
 
 /** What `lookahead-lsp models list --json` prints (commands/models.py's _entry_json): the
  * default model from its Python package, one pulled, one not downloaded. */

@@ -1,30 +1,15 @@
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import {
   CLIENT_SETTINGS,
-  DEFAULT_SETTINGS,
-  LookaheadSettings,
   checkPathSettings,
   completionsEnabled,
   configurationChangeParams,
   daemonOptions,
-  declaredSettings,
   readSettings,
   settingNamedIn,
 } from '../settings';
-
-const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
-/** Every setting package.json declares, as the extension reads them at activation. */
-const declared = declaredSettings(manifest.contributes.configuration.properties);
-
-type Property = { scope?: string; default?: unknown };
-const properties: Record<string, Property> = manifest.contributes.configuration.properties;
-
-function settings(overrides: Partial<LookaheadSettings> = {}): LookaheadSettings {
-  return { ...DEFAULT_SETTINGS, serverCommand: [], disabledLanguages: [], ...overrides };
-}
+import { declared, properties, settings } from './fixtures';
 
 describe('path settings', () => {
   it('refuses a relative modelPath or staticCachePath and falls back to the default', () => {

@@ -1,12 +1,7 @@
 import assert from 'node:assert/strict';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { draftShare, formatStatusBar, menuEntries, parseDaemonStatus } from '../statusView';
-
-const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'package.json'), 'utf8'));
-
-const contributed: { command: string; title: string; category?: string }[] = manifest.contributes.commands;
+import { contributed } from './fixtures';
 
 describe('status bar', () => {
   const running = { server: 'running' as const, enabled: true, completing: false };
