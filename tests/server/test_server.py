@@ -18,13 +18,11 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from support.daemon import STANDALONE_SERVE, TEST_CACHE, inline, insert, open_document, plain, status_of, until, until_ready
+from support.daemon import STANDALONE_SERVE, inline, insert, open_document, plain, status_of, until, until_ready
 from support.folders import stdlib_folder
 
 SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
-CACHE = TEST_CACHE
-SERVER = STANDALONE_SERVE
-CONFIG = ClientServerConfig(server_command=SERVER, server_env=dict(os.environ))
+CONFIG = ClientServerConfig(server_command=STANDALONE_SERVE, server_env=dict(os.environ))
 # pygls leaves send_request_async and client.feature unannotated, pytest-lsp its fixture
 # decorator: the lines that use them carry a targeted type: ignore.
 

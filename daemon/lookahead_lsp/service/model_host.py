@@ -58,9 +58,9 @@ class ModelHost(Generic[T]):
         self._models: dict[ModelKey, LoadedModel[T]] = {}
         self._lock = threading.Lock()
 
-    def acquire(self, key: ModelKey, on_loaded: Callable[[LoadedModel[T]], None]) -> LoadedModel[T]:
+    def acquire(self, key: ModelKey, on_change: Callable[[LoadedModel[T]], None]) -> LoadedModel[T]:
         """The model for key, loading it in the background if no session has it;
-        on_loaded(model) runs at each stage of the load and when it is ready or failed (at once
+        on_change(model) runs at each stage of the load and when it is ready or failed (at once
         if it is already)."""
         with self._lock:
             model = self._models.get(key)
@@ -69,21 +69,21 @@ class ModelHost(Generic[T]):
                 model = LoadedModel(key, CompletionWorker())
                 self._models[key] = model
             model.sessions += 1
-            model.listeners.append(on_loaded)
+            model.listeners.append(on_change)
             done = model.ready.is_set()
         if fresh:
             threading.Thread(target=self._load, args=(model,), name="lookahead-load", daemon=True).start()
         elif done:
-            on_loaded(model)
+            on_change(model)
         return model
 
-    def release(self, model: LoadedModel[T], on_loaded: Callable[[LoadedModel[T]], None]) -> None:
+    def release(self, model: LoadedModel[T], on_change: Callable[[LoadedModel[T]], None]) -> None:
         """A session no longer uses the model; the last one out frees it, on its worker (the
         thread that used it)."""
         with self._lock:
             model.sessions -= 1
-            if on_loaded in model.listeners:
-                model.listeners.remove(on_loaded)
+            if on_change in model.listeners:
+                model.listeners.remove(on_change)
             last = model.sessions == 0
             if last:
                 del self._models[model.key]

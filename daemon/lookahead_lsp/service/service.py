@@ -131,11 +131,11 @@ class LookaheadService:
         """Takes the model the settings name, from the daemon's models (shared with other
         sessions that name the same) or loaded in the background; requests wait for it."""
         old = self._model
-        self._model = self.host.acquire(self._model_key(), self._model_loaded)
+        self._model = self.host.acquire(self._model_key(), self._model_changed)
         if old is not None:
-            self.host.release(old, self._model_loaded)
+            self.host.release(old, self._model_changed)
 
-    def _model_loaded(self, model: LoadedModel[Answer]) -> None:
+    def _model_changed(self, model: LoadedModel[Answer]) -> None:
         """The model's load moved on (a stage, said as work-done progress) or ended. By key, not
         identity: the load's thread may get here before acquire() has returned the model."""
         if model is not self._model and model.key != self._model_key():
@@ -171,7 +171,7 @@ class LookaheadService:
         if model is not None:
             for uri in self.documents.uris():
                 model.worker.cancel(self._session + uri)
-            self.host.release(model, self._model_loaded)
+            self.host.release(model, self._model_changed)
         if self._owns_host:
             self.host.close()
 
