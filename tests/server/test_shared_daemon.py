@@ -128,7 +128,7 @@ def test_two_editors_share_one_daemon_and_one_model(tmp_path: Path, runtime: Pat
             status, next_first = _ready(first, 2)
             assert status["model_state"] == "ready"
             status, next_second = _ready(second, 2)
-            assert status["shared"] == {"sessions": 2, "models": 1}, "a second model for the second editor"
+            assert status["shared"] == {"sessions": 2, "models": 1, "folders": 0}, "a second model for the second editor"
             assert [p.name for p in path.parent.glob("*.sock")] == [path.name]
             daemon = _daemon_pid(path)
             assert daemon not in (one.pid, os.getpid())
@@ -138,7 +138,7 @@ def test_two_editors_share_one_daemon_and_one_model(tmp_path: Path, runtime: Pat
             first.send({"jsonrpc": "2.0", "method": "exit"})
             assert one.wait(timeout=60) == 0
             second.send(request(next_second, "lookahead/status"))
-            assert second.response(next_second)["result"]["shared"] == {"sessions": 1, "models": 1}
+            assert second.response(next_second)["result"]["shared"] == {"sessions": 1, "models": 1, "folders": 0}
         # Both gone: the daemon waits for the next editor, its model loaded.
         assert _daemon_pid(path) == daemon
 

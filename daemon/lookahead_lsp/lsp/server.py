@@ -35,6 +35,7 @@ from lookahead_lsp.lsp.items import (
     menu_client,
 )
 from lookahead_lsp.lsp.rpc import CURSOR_NOTIFICATION, LookaheadProtocol
+from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.model_host import ModelHost
 from lookahead_lsp.service.service import Answer, LookaheadService
 from lookahead_lsp.lsp.listeners import Listener
@@ -143,7 +144,9 @@ class LookaheadServer(LanguageServer):
     # Every message goes through LookaheadProtocol.receive: every request gets an answer.
     protocol: LookaheadProtocol
 
-    def __init__(self, cache_dir: Path | None = None, host: ModelHost[Answer] | None = None) -> None:
+    def __init__(
+        self, cache_dir: Path | None = None, host: ModelHost[Answer] | None = None, folders: FolderHost | None = None
+    ) -> None:
         super().__init__(
             "lookahead-lsp",
             __version__,
@@ -151,7 +154,7 @@ class LookaheadServer(LanguageServer):
             protocol_cls=LookaheadProtocol,
         )
         self.status_notifier = _StatusNotifier(self)
-        self.service = LookaheadService(_EditorChannel(self), cache_dir, host)
+        self.service = LookaheadService(_EditorChannel(self), cache_dir, host, folders)
         self.supports_progress = False
         # What the editor's completion menu inserts correctly, known from initialize.
         self.menu_client = MenuClient()
@@ -288,8 +291,10 @@ def rebuild_index(ls: LookaheadServer, params: Any) -> None:
     ls.status_notifier.changed()
 
 
-def build_server(cache_dir: Path | None = None, host: ModelHost[Answer] | None = None) -> LookaheadServer:
-    server = LookaheadServer(cache_dir, host)
+def build_server(
+    cache_dir: Path | None = None, host: ModelHost[Answer] | None = None, folders: FolderHost | None = None
+) -> LookaheadServer:
+    server = LookaheadServer(cache_dir, host, folders)
     handlers: list[tuple[str, Callable[..., Any], Any]] = [
         (types.INITIALIZE, initialize, None),
         (types.INITIALIZED, initialized, None),
@@ -345,12 +350,14 @@ def serve(listener: Listener | None, cache_dir: Path | None = None, idle_exit_s:
     SIGINT or SIGTERM (or idle_exit_s without a client), a session per client, the models
     shared; saves the indexes on the way out. The exit code LSP asks for."""
     host: ModelHost[Answer] = ModelHost(cache_dir)
+    folders = FolderHost()
     servers: set[LookaheadServer] = set()
 
     def shut_down() -> None:
         for server in list(servers):
             server.service.shutdown()
         host.close()
+        folders.close()
 
     def on_sigterm(signum: int, frame: object) -> None:
         # The stdin reader thread stays blocked after a SIGTERM and nothing could join it: save,
@@ -362,7 +369,7 @@ def serve(listener: Listener | None, cache_dir: Path | None = None, idle_exit_s:
         os._exit(0)
 
     def new_session() -> Session:
-        server = build_server(cache_dir, host)
+        server = build_server(cache_dir, host, folders)
         servers.add(server)
 
         def close() -> None:

@@ -37,6 +37,7 @@ from lookahead_lsp.service.status import AheadCounters, Counters, ahead_status, 
 from lookahead_lsp.service.settings import Settings, apply_update, model_values
 from lookahead_lsp.service.unopened import read_unopened
 from lookahead_lsp.workspace.folder import FolderSettings, WorkspaceFolder
+from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.folders import WorkspaceFolders
 
 _LOG = logging.getLogger(__name__)
@@ -73,7 +74,13 @@ class Answer:
 
 
 class LookaheadService:
-    def __init__(self, client: Editor, cache_dir: Path | None = None, host: ModelHost[Answer] | None = None) -> None:
+    def __init__(
+        self,
+        client: Editor,
+        cache_dir: Path | None = None,
+        host: ModelHost[Answer] | None = None,
+        folders: FolderHost | None = None,
+    ) -> None:
         self.client = client
         self.cache_dir = cache_dir
         self.settings = Settings()
@@ -83,10 +90,12 @@ class LookaheadService:
         self.documents = OpenDocuments(client, self.settings.max_document_kb)
         self.suggestions = SuggestionCache()
         self._lock = threading.RLock()
-        self.workspace = WorkspaceFolders(client, self._lock, self.documents, self._folder_settings())
-        # The daemon's models, shared with the other sessions (editor windows) it serves.
-        self._owns_host = host is None
+        # The daemon's models and folders, shared with the other sessions (editor windows) it
+        # serves.
+        self._owns_hosts = host is None
         self.host: ModelHost[Answer] = host if host is not None else ModelHost(cache_dir)
+        self.folder_host = folders if folders is not None else FolderHost()
+        self.workspace = WorkspaceFolders(client, self._lock, self.documents, self._folder_settings(), self.folder_host)
         self._session = f"{next(_SESSIONS)}:"  # sets this session's jobs apart on a shared worker
         self._model: LoadedModel[Answer] | None = None
         # Whether the editor says where its cursor rests (lookahead/cursor): else the end of the
@@ -172,8 +181,9 @@ class LookaheadService:
             for uri in self.documents.uris():
                 model.worker.cancel(self._session + uri)
             self.host.release(model, self._model_changed)
-        if self._owns_host:
+        if self._owns_hosts:
             self.host.close()
+            self.folder_host.close()
 
     # -- workspace folders ---------------------------------------------------------------------
 
@@ -187,7 +197,7 @@ class LookaheadService:
     def rebuild_indexes(self) -> None:
         """Forgets every folder's index, saved copy included, and indexes the folders again
         from their files; the repository caches are opened and verified again too."""
-        self.workspace.reopen(save=False, forget=True)
+        self.workspace.rebuild()
 
     # -- documents -----------------------------------------------------------------------------
 
@@ -202,15 +212,15 @@ class LookaheadService:
                 if before is not None and not before.oversized:
                     # Its editor text grew past the cap: the index goes back to the file on
                     # disk, whose own size rule applies.
-                    self._editor_text(path, None)
+                    self.workspace.editor_text(path, None)
                 return
             self.documents.record(uri, Document(path, text, edited_line))
-            self._editor_text(path, text)
+            self.workspace.editor_text(path, text)
 
     def close_document(self, uri: str, path: Path | None) -> None:
         with self._lock:
             self.documents.close(uri)
-            self._editor_text(path, None)
+            self.workspace.editor_text(path, None)
         if self._model is not None:
             self._model.worker.cancel(self._session + uri)
         self.suggestions.drop(uri)
@@ -221,11 +231,6 @@ class LookaheadService:
         if path is None:
             return None
         return read_unopened(path, self.workspace.roots(), self.documents.cap)
-
-    def _editor_text(self, path: Path | None, text: str | None) -> None:
-        folder = self.workspace.of(path)
-        if folder is not None and path is not None:
-            folder.editor_text(path, text)
 
     def disk_event(self, path: Path, kind: str) -> None:
         """A file event the editor reported (workspace/didChangeWatchedFiles): "created",
@@ -463,8 +468,12 @@ class LookaheadService:
             "last": self.last_completion,
             "ahead": ahead_status(self.ahead, self.settings.work_ahead, engine, preempted),
             # Sessions (editor windows) of this daemon that share this one's model, and the
-            # models the daemon holds.
-            "shared": {"sessions": loaded.sessions if loaded is not None else 0, "models": self.host.loaded()},
+            # models and workspace folders the daemon holds for all its sessions.
+            "shared": {
+                "sessions": loaded.sessions if loaded is not None else 0,
+                "models": self.host.loaded(),
+                "folders": self.folder_host.folders(),
+            },
             "draft": self.settings.draft,
         }
 

@@ -152,6 +152,10 @@ class WorkspaceFolder:
         if self._watcher is not None:
             self._watcher.notify(path, kind)
 
+    def set_memory_budget(self, budget: int) -> None:
+        """The index's new budget: met at the thread's next check, FOLD_CHECK_S at the latest."""
+        self.index.set_memory_budget(budget)
+
     def set_repository_cache(self, configured: Path | None) -> None:
         """The static cache setting changed: the repository cache is reopened before its next
         use."""

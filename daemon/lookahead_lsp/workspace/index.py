@@ -312,6 +312,12 @@ class WorkspaceIndex:
                         added += 1
         return added
 
+    def set_memory_budget(self, budget: int) -> None:
+        """A new budget for the in-memory part (the daemon shares its budget out again among
+        its folders): one it no longer fits goes to disk at the next fold_if_over_budget."""
+        with self._lock:
+            self.settings = replace(self.settings, memory_budget=budget)
+
     def fold_if_over_budget(self) -> bool:
         """Writes a new folder table when the in-memory part outgrew the budget; whether it
         did. Call it off the event loop (it takes seconds to minutes on a large folder)."""
