@@ -198,6 +198,33 @@ def test_cancel_before_the_prompt_is_evaluated(engine: Engine) -> None:
     assert after.stats.tokens == 48
 
 
+def test_work_done_ahead_sizes_its_prompt_passes_by_time(engine: Engine) -> None:
+    """A request arriving during work done ahead waits for the pass under way: with a time
+    bound, passes shrink where the machine is slow (here a bound no pass meets: the smallest
+    passes, after a small first one) and grow to the chunk where it is fast; the tokens held
+    are the prompt's either way."""
+    request, _ = _task(engine, *TASKS[0])
+    tokens = tokenize_file_text(engine.tokenizer, request.prefix.encode()).tolist()[-600:]
+    runtime = engine.runtime
+
+    def passes(pass_ms: float | None) -> int:
+        engine.forget_kv()
+        checks = 0
+
+        def cancelled() -> bool:
+            nonlocal checks
+            checks += 1  # once before each pass
+            return False
+
+        assert runtime.prefill(tokens, 128, cancelled, pass_ms) == len(tokens)
+        assert runtime.kv_tokens == tokens
+        return checks
+
+    assert passes(None) == -(-600 // 128)
+    assert passes(1e-6) == 1 + -(-(600 - 32) // 16)
+    assert passes(1e6) == 1 + -(-(600 - 32) // 128)
+
+
 def test_prefix_only_prompt_for_the_default_model(engine: Engine) -> None:
     assert not engine.fill_in_the_middle
     prompt = engine.prompts.build(CompletionRequest("x = 1\n", "y = 2\n", "a.py"), PromptWindows(), 1000)

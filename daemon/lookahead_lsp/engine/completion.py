@@ -103,7 +103,7 @@ class CompletionRun:
             self.prompt_tail = known[cached:]
             known = known[:cached]
         try:
-            evaluated = runtime.prefill(known, self.options.prefill_chunk, self.cancelled)
+            evaluated = runtime.prefill(known, self.options.prefill_chunk, self.cancelled, self.options.prefill_pass_ms)
             self.stats.prompt_evaluated = evaluated + len(self.prompt_tail)
         except Cancelled:
             self.stats.ms_prompt = self._elapsed_ms()

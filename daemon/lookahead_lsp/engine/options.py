@@ -73,9 +73,13 @@ class DecodeOptions:
     heal: bool = True  # token healing at the end of a partly typed word (healing.py)
     # auto: whose record the guard keeps (a document, a language); default: the file extension.
     speculation_key: str | None = None
-    # Prompt tokens per llama_decode call: the granularity of cancelling a cold prompt. Work
-    # done ahead of requests takes smaller ones, so that a request interrupts it sooner.
+    # Prompt tokens per llama_decode call: the granularity of cancelling a cold prompt.
     prefill_chunk: int = PREFILL_CHUNK
+    # Set: prompt passes are sized to take about this long each (prefill_chunk tokens at most),
+    # from what the last one took per token, so that a request arriving during work done ahead
+    # waits that long at most however busy the machine is, and larger passes (cheaper per
+    # token) run while it is idle.
+    prefill_pass_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.draft not in _MODES:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,11 @@ MAIN_SEQ = 0
 # where numpy's vectorised argmax beats ggml's one-thread scalar loop.
 SAMPLING_MODES = ("auto", "backend", "host")
 _GGML_DEVICE_GPU, _GGML_DEVICE_IGPU = 1, 2
+# A prompt evaluated in passes of a given time: its first pass (its cost per token is not known
+# yet; small, so that a request arriving at once waits little), and the step chunks are rounded
+# down to (a cost per token that varies by a few tokens would change the size at every pass).
+_FIRST_TIMED_CHUNK = 32
+_TIMED_CHUNK_STEP = 16
 
 
 class Cancelled(Exception):
@@ -255,22 +261,33 @@ class ModelRuntime:
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def prefill(self, tokens: Sequence[int], chunk: int, cancelled: Callable[[], bool]) -> int:
+    def prefill(
+        self, tokens: Sequence[int], chunk: int, cancelled: Callable[[], bool], pass_ms: float | None = None
+    ) -> int:
         """Makes sequence 0 hold exactly `tokens`, evaluating only those after the common prefix,
-        in chunks of at most `chunk` tokens (no logits). Raises Cancelled between chunks, leaving
-        the cache consistent with what was evaluated. Returns the number of tokens evaluated."""
+        in chunks of at most `chunk` tokens (no logits); with pass_ms, each chunk is sized to take
+        about that long from the last one's time per token (the first is small: its time is not
+        known yet). Raises Cancelled between chunks, leaving the cache consistent with what was
+        evaluated. Returns the number of tokens evaluated."""
         if len(tokens) > self.n_ctx:
             raise EngineError(f"{len(tokens)} prompt tokens do not fit a context of {self.n_ctx}")
-        start = self.keep_prefix(tokens)
+        start = begin = self.keep_prefix(tokens)
         chunk = max(1, min(chunk, self.batch.capacity))
-        for begin in range(start, len(tokens), chunk):
+        size = chunk if pass_ms is None else min(chunk, _FIRST_TIMED_CHUNK)
+        while begin < len(tokens):
             if cancelled():
                 raise Cancelled
             self.batch.clear()
-            piece = tokens[begin : begin + chunk]
+            piece = tokens[begin : begin + size]
             self.batch.add_run(piece, begin, MAIN_SEQ)
+            began = time.perf_counter()
             self._decode()
             self.kv_tokens.extend(piece)
+            begin += len(piece)
+            if pass_ms is not None:
+                per_token_ms = max(1e-6, (time.perf_counter() - began) * 1000 / len(piece))
+                fits = int(pass_ms / per_token_ms) // _TIMED_CHUNK_STEP * _TIMED_CHUNK_STEP
+                size = max(min(_TIMED_CHUNK_STEP, chunk), min(chunk, fits))
         return len(tokens) - start
 
     def decode_batch(self) -> PassOutput:

@@ -46,9 +46,11 @@ _SESSIONS = itertools.count(1)
 # Edits pause this long before the end of the last one is taken for where the cursor rests: a
 # keystroke's own request comes sooner, and idle work must not start just before it.
 _EDIT_PAUSE_S = 0.5
-# Prompt tokens per model pass of work done ahead: a request that arrives meanwhile waits for
-# one such pass at most, half of a request's 128 (smaller passes cost more per token on a CPU).
-_AHEAD_PREFILL_CHUNK = 64
+# How long a prompt pass of work done ahead may take: a request that arrives meanwhile waits
+# that long at most, about what one of its own prompt passes (128 tokens) takes on a laptop's
+# CPU. Idle, the passes grow to 128 tokens (cheaper per token than smaller ones on a CPU); on a
+# busy machine they shrink.
+_AHEAD_PASS_MS = 200.0
 # A request waits this long for a model still loading before it answers nothing.
 _MODEL_WAIT_S = 30.0
 # The work-done progress of preparing the model (one per session).
@@ -364,7 +366,7 @@ class LookaheadService:
         )
         if ahead:
             # The model's own continuation, uncut: each request it answers cuts it for itself.
-            options = dataclasses.replace(options, stop_rules=False, prefill_chunk=_AHEAD_PREFILL_CHUNK)
+            options = dataclasses.replace(options, stop_rules=False, prefill_pass_ms=_AHEAD_PASS_MS)
 
         def run(cancel: CancelToken) -> Answer:
             # On the worker: a request queued while the model loads finds the folders that open
