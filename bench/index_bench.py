@@ -35,6 +35,12 @@ measures it; the report says which did):
                the folder's index is usable (table_bytes > 0 for a folder past its budget, the
                table mapped; "ready" for one that fits), the time until it is "ready" (every
                file's stamp checked), and the memory then.
+  two windows  the daemon as editors start it, shared by their windows (`serve` relayed to it,
+               its socket in a runtime folder of the run's own): a first window on the folder
+               until its index is ready (from the saved index, as in the restart), then a second
+               window on the same folder until its own status says ready; the shared daemon's
+               memory with one window and with two, the second window's wait, and how many
+               folders the daemon holds (`shared.folders`: 1 when the windows share the index).
 Summed RSS counts pages the workers share more than once; VmHWM is the kernel's own peak, not
 a sample.
 
@@ -548,6 +554,61 @@ async def restart(folder: Folder, cache: Path, settings: dict[str, Any], table_e
     return report
 
 
+async def two_windows(folder: Folder, cache: Path, settings: dict[str, Any], runtime: Path, timeout_s: float) -> dict[str, Any]:
+    runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+    saved = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)  # the relays the windows start find it
+    windows: list[Daemon] = []
+    report: dict[str, Any] = {}
+    daemon_pid: int | None = None
+    try:
+        for n in (1, 2):
+            began = time.monotonic()
+            window = Daemon(f"index-bench-window-{n}", shared=True)
+            windows.append(window)
+            await window.start([folder.path], cache, settings, wait_index=False)
+            polls, _ = await poll_until_ready(window, began, RESTART_POLL_S, timeout_s)
+            daemon_pid = daemon_pid or _shared_daemon(cache)
+            own = _proc_status(daemon_pid) if daemon_pid is not None else None
+            status = plain(await window.status())
+            report[f"window_{n}"] = {
+                "ready_s": polls[-1].t_s,
+                "daemon_rss_mb": _mb(own.get("VmRSS", 0)) if own else None,
+                "daemon_rss_anon_mb": _mb(own.get("RssAnon", 0)) if own else None,
+                "shared": status["shared"],
+            }
+    finally:
+        for window in windows:
+            with suppress(Exception):
+                await asyncio.wait_for(window.stop(), STOP_TIMEOUT_S)
+        if daemon_pid is not None:
+            # It would stay for the next window a while: stopped as at logout (its indexes saved).
+            with suppress(ProcessLookupError):
+                os.kill(daemon_pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while _proc_status(daemon_pid) is not None and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+        if saved is None:
+            del os.environ["XDG_RUNTIME_DIR"]
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = saved
+    return report
+
+
+def _shared_daemon(cache: Path) -> int | None:
+    """The shared daemon the relays started for cache: `serve --socket ... --cache-dir cache`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--socket" in argv and os.fsencode(cache) in argv:
+            return int(entry.name)
+    return None
+
+
 def _at_the_end(launch: Launch, polls: list[Poll], index: Any, rss: str, anon: str) -> dict[str, Any]:
     """The daemon's memory now (under the names rss and anon), its last index status and the
     polls that led there."""
@@ -577,7 +638,8 @@ async def daemon_part(folder: Folder, files: list[Path], work: Path, budget_mib:
     first = await first_start(folder, document, cache, settings, work / "seed-cache", timeout_s)
     table_expected = bool(first.get("index") and first["index"]["table_files"] > 0)
     again = await restart(folder, cache, settings, table_expected, timeout_s)
-    return {"settings": settings, "first_start": first, "restart": again}
+    windows = await two_windows(folder, cache, settings, work / "run", timeout_s)
+    return {"settings": settings, "first_start": first, "restart": again, "two_windows": windows}
 
 
 def print_daemon(folder: Folder, part: dict[str, Any]) -> None:
@@ -606,6 +668,14 @@ def print_daemon(folder: Folder, part: dict[str, Any]) -> None:
         f"  RSS at ready {again['rss_at_ready_mb'] or 0:,.0f} MB (anon {again['rss_anon_at_ready_mb'] or 0:,.0f})",
         flush=True,
     )
+    for n in (1, 2):
+        window = part["two_windows"][f"window_{n}"]
+        print(
+            f"  {'two windows' if n == 1 else '':11}  window {n} ready {window['ready_s']:6.1f} s"
+            f"  shared daemon RSS {window['daemon_rss_mb'] or 0:,.0f} MB (anon {window['daemon_rss_anon_mb'] or 0:,.0f})"
+            f"  folders in the daemon {window['shared']['folders']}",
+            flush=True,
+        )
 
 
 # -- Part B: draft acceptance -------------------------------------------------------------------
