@@ -28,6 +28,7 @@ from lookahead_lsp.engine import (
 )
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import mid_word
+from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.base.tokenizer import tokenize_file_text
 from support.engines import engine_on
@@ -223,6 +224,27 @@ def test_work_done_ahead_sizes_its_prompt_passes_by_time(engine: Engine) -> None
     assert passes(None) == -(-600 // 128)
     assert passes(1e-6) == 1 + -(-(600 - 32) // 16)
     assert passes(1e6) == 1 + -(-(600 - 32) // 128)
+
+
+def test_work_done_ahead_that_a_request_awaits_stops_at_its_answer(engine: Engine) -> None:
+    """A request that takes over work done ahead (no stop rules, up to the token budget) waits
+    for the line it will show, not for the whole continuation: the work stops once that line
+    is known, and cut by the request's rules it shows what the request's own completion would."""
+    request = CompletionRequest(STACK + "    def pop(self):\n", "", "stack.py")
+    ahead = DecodeOptions(draft="none", max_tokens=48, stop_rules=False, multiline="never")
+    engine.forget_kv()
+    whole = engine.complete(request, ahead)
+    assert whole.stop_reason == "max-tokens" and "\n" in whole.text.strip()
+    awaited = CancelToken()
+    awaited.await_answer()
+    engine.forget_kv()
+    cut_short = engine.complete(request, ahead, cancel=awaited)
+    assert cut_short.stop_reason == "answered"
+    assert cut_short.stats.tokens < whole.stats.tokens
+    engine.forget_kv()
+    own = engine.complete(request, DecodeOptions(draft="none", max_tokens=48, multiline="never"))
+    stopper = Stopper(request.prefix, request.suffix, True, "never")
+    assert shown_from_continuation(stopper, cut_short.text, ended=False, same_budget=False) == own.text != ""
 
 
 def test_prefix_only_prompt_for_the_default_model(engine: Engine) -> None:

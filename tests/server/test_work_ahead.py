@@ -124,6 +124,31 @@ def test_cancelling_a_request_that_took_over_work_done_ahead_stops_that_work(ser
     service.close_document(uri, None)
 
 
+def test_a_request_that_took_over_work_done_ahead_waits_for_its_own_answer_only(service: LookaheadService) -> None:
+    """Work done ahead decodes up to the token budget without stop rules; the request that
+    takes it over waits until its one line is there, not for the rest, and is shown what its
+    own completion shows."""
+    service.configure({"maxTokens": 48, "multiline": "never"})
+    try:
+        uri, text, offset = _spot("textwrap.py", "        # Arrange in reverse order")
+        text = text[:offset] + text[text.index("\n", offset) :]  # the comment's end not typed yet
+        service.open_document(uri, None, text)
+        adopted = _ahead(service)["adopted"]
+        service.cursor_rests(uri, None, text, offset, "python")  # a cold prompt: seconds of work
+        answer = _complete(service, uri, text, offset)
+        assert _ahead(service)["adopted"] == adopted + 1
+        assert answer.completion is not None and answer.completion.stop_reason == "answered"
+        assert answer.completion.stats.tokens < 48
+        service.suggestions.clear()
+        service.worker.drop_idle()
+        own = _complete(service, uri, text, offset)
+        assert own.completion is not None and own.completion.stop_reason == "stop-rule"
+        assert answer.text == own.text != ""
+        service.close_document(uri, None)
+    finally:
+        service.configure({"maxTokens": 12, "multiline": "auto"})
+
+
 def test_coming_back_to_a_file_starts_from_its_saved_kv_state(service: LookaheadService) -> None:
     service.configure({"workAhead": False})
     try:

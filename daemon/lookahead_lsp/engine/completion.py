@@ -66,6 +66,7 @@ class CompletionRun:
         caches: DraftCaches,
         cancelled: Callable[[], bool],
         start: float,
+        awaited: Callable[[], bool] = lambda: False,
     ) -> None:
         self.inputs = inputs
         self.runtime = inputs.runtime
@@ -74,6 +75,7 @@ class CompletionRun:
         self.options = options
         self.caches = caches
         self.cancelled = cancelled
+        self.awaited = awaited
         self.start = start
         self.stats = CompletionStats()
         self.stopper = Stopper(request.prefix, request.suffix, options.stop_rules, options.multiline)
@@ -258,7 +260,15 @@ class CompletionRun:
             self.stop_at = self.stopper.check(self.generated_text())
             if self.stop_at is not None:
                 reason = "stop-rule"
+        elif reason is None and self.awaited() and self._request_stopper().check(self.generated_text()) is not None:
+            # The continuation holds the answer of the request waiting for it: the rest would
+            # only make it wait longer (the text stays uncut, as work done ahead keeps it).
+            reason = "answered"
         return reason
+
+    def _request_stopper(self) -> Stopper:
+        """The stop rules of a request at this run's cursor, which cut its continuation."""
+        return Stopper(self.request.prefix, self.request.suffix, True, self.options.multiline)
 
     def _record(self, tokens: list[int], rows: list[int], logits: Logits) -> None:
         for token, row in zip(tokens, rows):

@@ -107,10 +107,13 @@ class DraftCaches:
 
 
 class CancelToken:
-    """Set from any thread; the engine checks it between model passes and prompt chunks."""
+    """Set from any thread; the engine checks it between model passes and prompt chunks. Work
+    done ahead (no stop rules) that a request takes over is told so too (`awaited`): it then
+    stops as soon as that request's answer is known instead of decoding on while it waits."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._awaited = threading.Event()
 
     def cancel(self) -> None:
         self._event.set()
@@ -118,6 +121,13 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         return self._event.is_set()
+
+    def await_answer(self) -> None:
+        self._awaited.set()
+
+    @property
+    def awaited(self) -> bool:
+        return self._awaited.is_set()
 
 
 def step_room(options: DecodeOptions) -> int:

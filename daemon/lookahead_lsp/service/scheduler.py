@@ -107,6 +107,7 @@ class CompletionWorker(Generic[T]):
             running = self._running
             if running is not None and running.idle_for == answer and not running.cancel.cancelled:
                 running.idle_for = None
+                running.cancel.await_answer()
                 # As a new request would, it supersedes its document's older ones.
                 self._drop(lambda other: other.key == running.key and other is not running)
                 return running.future
@@ -114,6 +115,7 @@ class CompletionWorker(Generic[T]):
             if waiting is not None and waiting.idle_for == answer:
                 self._idle = None
                 waiting.idle_for = None
+                waiting.cancel.await_answer()
                 waiting.not_before = time.monotonic()
                 self._drop(lambda other: other.key == waiting.key)
                 self._queue.insert(0, waiting)
