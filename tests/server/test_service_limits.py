@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from lookahead_lsp.service.service import LookaheadService
 from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME
 from lookahead_lsp.base.tokenizer import Tokenizer
 from support.recording_client import RecordingClient
+from support.waiting import wait_until
 
 # The cost model is measured once per cache folder; the server tests share this one.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
@@ -42,10 +42,7 @@ def loaded() -> Iterator[tuple[LookaheadService, RecordingClient]]:
 
 
 def _until(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
+    wait_until(check, WAIT_S)
 
 
 def _indexed(service: LookaheadService, root: Path) -> None:

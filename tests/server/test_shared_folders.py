@@ -8,7 +8,6 @@ memory budget is shared out among its folders instead of given to each."""
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.model_host import ModelHost
 from lookahead_lsp.service.service import Answer, LookaheadService
 from support.recording_client import RecordingClient
+from support.waiting import wait_until
 
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
 WAIT_S = 300.0
@@ -34,10 +34,7 @@ def hosts() -> Iterator[tuple[ModelHost[Answer], FolderHost]]:
 
 
 def _until(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
+    wait_until(check, WAIT_S)
 
 
 def _window(hosts: tuple[ModelHost[Answer], FolderHost], *roots: Path, settings: dict[str, object] | None = None) -> LookaheadService:

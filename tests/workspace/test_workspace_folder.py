@@ -5,7 +5,6 @@ copy reused by the next start, and the repository cache found in the folder."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from lookahead_lsp._lookup import StaticCacheBuilder
 from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace.folder import STATIC_CACHE_NAME, FolderSettings, WorkspaceFolder
 from support.recording_client import RecordingClient
+from support.waiting import wait_until
 
 WAIT_S = 60.0
 MAIN = "def main():\n    return compute(1, 2)\n"
@@ -47,10 +47,7 @@ def _start(tokenizer: Tokenizer, root: Path, cache_dir: Path) -> tuple[Workspace
 
 
 def _until(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
+    wait_until(check, WAIT_S, 0.02)
 
 
 def _tokens(tokenizer: Tokenizer, *texts: str) -> int:
