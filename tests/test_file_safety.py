@@ -84,6 +84,39 @@ def test_writer_names_are_unpredictable_and_private(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["cost.json"]
 
 
+def test_the_temporaries_of_interrupted_writes_are_swept_and_nothing_else(tmp_path: Path) -> None:
+    """A daemon killed while it saved a large folder's index leaves gigabytes behind; the next
+    start removes what no live writer can still be writing, and nothing that is not its own."""
+    old = 2 * cache_files.STALE_TEMPORARY_S
+    names = {
+        "index-0123456789abcdef.bin.0123456789abcdef.tmp": True,  # atomic_writer's
+        "index-0123456789abcdef.7.table.tmp.89abcdef01234567": True,  # native/atomic_file.cpp's
+        "index-0123456789abcdef.bin": False,  # the index itself
+        "cost-0123456789abcdef.json": False,
+        "notes.tmp": False,  # not a name a writer gives
+    }
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (os.path.getmtime(tmp_path / name) - old,) * 2)
+    busy = tmp_path / "index-fedcba9876543210.bin.fedcba9876543210.tmp"  # being written now
+    busy.write_bytes(b"x")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "kept").write_bytes(b"x")
+    link = tmp_path / "cost-1.json.aaaaaaaaaaaaaaaa.tmp"
+    link.symlink_to(outside / "kept")
+    os.utime(link, (os.path.getmtime(outside / "kept") - old,) * 2, follow_symlinks=False)
+    folder = tmp_path / "x.0000000000000000.tmp"
+    folder.mkdir()
+    os.utime(folder, (os.path.getmtime(folder) - old,) * 2)
+
+    assert cache_files.sweep_temporaries(tmp_path) == 2
+    left = {path.name for path in tmp_path.iterdir()}
+    assert left == {name for name, swept in names.items() if not swept} | {busy.name, "elsewhere", link.name, folder.name}
+    assert (outside / "kept").exists()
+    assert cache_files.sweep_temporaries(tmp_path / "missing") == 0
+
+
 def test_writer_error_keeps_the_old_file(tmp_path: Path) -> None:
     out = tmp_path / "cost.json"
     out.write_bytes(b"old")

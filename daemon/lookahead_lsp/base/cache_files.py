@@ -9,6 +9,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
+import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from secrets import token_hex
@@ -19,6 +22,14 @@ from typing import BinaryIO
 _TEMPORARY_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 # A taken name is skipped for another; this many taken in a row means something else is wrong.
 _NAME_ATTEMPTS = 16
+# The temporaries of atomic_writer (NAME.<16 hex>.tmp) and of native/atomic_file.cpp
+# (NAME.tmp.<16 hex>): a process killed while writing (SIGKILL, a crash, a power cut) leaves its
+# own behind, gigabytes for a large folder's index.
+_TEMPORARY_NAME = re.compile(r".+\.(?:[0-9a-f]{16}\.tmp|tmp\.[0-9a-f]{16})")
+# A temporary not written to for this long belongs to no live writer: each writes its file
+# continuously, a folder table's builder partition by partition (minutes apart at most on the
+# largest folders measured).
+STALE_TEMPORARY_S = 3600.0
 
 
 def default_cache_dir() -> Path:
@@ -49,6 +60,30 @@ def atomic_writer(path: Path) -> Iterator[BinaryIO]:
             os.unlink(temporary)
         raise
     _fsync_folder(path.parent)
+
+
+def sweep_temporaries(folder: Path, stale_s: float = STALE_TEMPORARY_S) -> int:
+    """Removes the temporaries that writers killed mid-write left in folder (its top level): the
+    regular files of this user named as atomic writers name them and not modified for stale_s.
+    Links, folders and other users' files are left alone. Returns how many were removed."""
+    removed = 0
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not _TEMPORARY_NAME.fullmatch(entry.name):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or now - info.st_mtime < stale_s:
+                continue
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+    return removed
 
 
 def _create_temporary(path: Path) -> tuple[int, Path]:

@@ -26,6 +26,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from lookahead_lsp import __version__
+from lookahead_lsp.base.cache_files import default_cache_dir, sweep_temporaries
 from lookahead_lsp.lsp.items import (
     MenuClient,
     completion_list,
@@ -349,6 +350,9 @@ def serve(listener: Listener | None, cache_dir: Path | None = None, idle_exit_s:
     """Runs the server on stdio until exit or a closed stdin, or on listener (a socket) until
     SIGINT or SIGTERM (or idle_exit_s without a client), a session per client, the models
     shared; saves the indexes on the way out. The exit code LSP asks for."""
+    swept = sweep_temporaries(cache_dir or default_cache_dir())
+    if swept:
+        _LOG.info("removed %d temporary files that interrupted writes left in the cache folder", swept)
     host: ModelHost[Answer] = ModelHost(cache_dir)
     folders = FolderHost()
     servers: set[LookaheadServer] = set()
