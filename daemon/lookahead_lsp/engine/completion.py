@@ -8,8 +8,8 @@ it (the bonus token). Every emitted token is the model's argmax at the position 
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lookahead_lsp._lookup import NgramCache
-from lookahead_lsp.engine.options import DecodeOptions, DraftCaches, step_room
+from lookahead_lsp.engine.options import CancelToken, DecodeOptions, DraftCaches, step_room
 from lookahead_lsp.engine.planning import Planner, StepPlan, auto_window
 from lookahead_lsp.engine.prompt import CompletionRequest, Prompt
 from lookahead_lsp.engine.results import Completion, CompletionStats, TokenTrace
@@ -64,9 +64,8 @@ class CompletionRun:
         request: CompletionRequest,
         options: DecodeOptions,
         caches: DraftCaches,
-        cancelled: Callable[[], bool],
+        cancel: CancelToken,
         start: float,
-        awaited: Callable[[], bool] = lambda: False,
     ) -> None:
         self.inputs = inputs
         self.runtime = inputs.runtime
@@ -74,8 +73,7 @@ class CompletionRun:
         self.request = request
         self.options = options
         self.caches = caches
-        self.cancelled = cancelled
-        self.awaited = awaited
+        self.cancel = cancel
         self.start = start
         self.stats = CompletionStats()
         self.stopper = Stopper(request.prefix, request.suffix, options.stop_rules, options.multiline)
@@ -105,7 +103,7 @@ class CompletionRun:
             self.prompt_tail = known[cached:]
             known = known[:cached]
         try:
-            evaluated = runtime.prefill(known, self.options.prefill_chunk, self.cancelled, self.options.prefill_pass_ms)
+            evaluated = runtime.prefill(known, self.options.prefill_chunk, lambda: self.cancel.cancelled, self.options.prefill_pass_ms)
             self.stats.prompt_evaluated = evaluated + len(self.prompt_tail)
         except Cancelled:
             self.stats.ms_prompt = self._elapsed_ms()
@@ -144,7 +142,7 @@ class CompletionRun:
     def _decode_loop(self, planner: Planner) -> str:
         options, runtime = self.options, self.runtime
         while True:
-            if self.cancelled():
+            if self.cancel.cancelled:
                 return "cancelled"
             # The budget is for generating: it starts once the prompt is in, and the first pass
             # always runs. A slow prompt (a loaded machine, a cold cache) that used the budget up
@@ -260,12 +258,13 @@ class CompletionRun:
             self.stop_at = self.stopper.check(self.generated_text())
             if self.stop_at is not None:
                 reason = "stop-rule"
-        elif reason is None and self.awaited() and self._request_stopper().check(self.generated_text()) is not None:
+        elif reason is None and self.cancel.awaited and self._request_stopper.check(self.generated_text()) is not None:
             # The continuation holds the answer of the request waiting for it: the rest would
             # only make it wait longer (the text stays uncut, as work done ahead keeps it).
             reason = "answered"
         return reason
 
+    @functools.cached_property
     def _request_stopper(self) -> Stopper:
         """The stop rules of a request at this run's cursor, which cut its continuation."""
         return Stopper(self.request.prefix, self.request.suffix, True, self.options.multiline)

@@ -158,8 +158,6 @@ class Engine:
         caches: DraftCaches = DraftCaches(),
         cancel: CancelToken | None = None,
     ) -> Completion:
-        cancelled: Callable[[], bool] = (lambda: cancel.cancelled) if cancel else (lambda: False)
-        awaited: Callable[[], bool] = (lambda: cancel.awaited) if cancel else (lambda: False)
         policy = self._policy
         if options.mode.uses_policy:
             # A first use measures the seed curve: before this completion's clock starts.
@@ -177,7 +175,7 @@ class Engine:
         threads = self.threads.choose()
         self.runtime.set_threads(threads)
         inputs = RunInputs(self.runtime, self.tokenizer, prompt, heal_ids, rest, policy)
-        run = CompletionRun(inputs, request, options, caches, cancelled, start, awaited)
+        run = CompletionRun(inputs, request, options, caches, cancel or CancelToken(), start)
         result = run.execute()
         result.stats.threads = threads
         self.previous = (request.prefix, run.generated_text())

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lookahead_lsp.base.editor import Editor
@@ -42,8 +42,8 @@ class IndexTokenizer:
 @dataclass(frozen=True)
 class _FolderKey:
     """What makes two sessions' folders one: the root, the model's vocabulary, and the settings
-    that change what is indexed and where it is saved (the repository cache and the debounce
-    are the last configuring session's)."""
+    that change what is indexed and where it is saved (the repository cache is the last
+    configuring session's, the debounce the first session's)."""
 
     root: Path
     model_path: Path
@@ -154,7 +154,7 @@ class FolderHost:
             if shared is None:
                 editors = _Editors()
                 tokenizer.holders += 1
-                folder = self._new_folder(root, tokenizer, settings, editors, len(self._folders) + 1)
+                folder = self._new_folder(root, tokenizer, settings, editors)
                 shared = self._folders[key] = SharedFolder(key, settings, folder, editors)
             shared.sessions += 1
             shared.editors.add(editor)
@@ -206,8 +206,9 @@ class FolderHost:
         store.unlink(missing_ok=True)
         with self._lock:
             tokenizer = self._tokenizers_of(shared)
-            folder = self._new_folder(old.root, tokenizer, shared.settings, shared.editors, len(self._folders))
+            folder = self._new_folder(old.root, tokenizer, shared.settings, shared.editors)
             shared.folder = folder
+            self._share_budgets()
             for path, holders in shared.texts.items():
                 folder.editor_text(path, next(reversed(holders.values())))
         folder.start()
@@ -232,14 +233,9 @@ class FolderHost:
 
     # -- the lock held -------------------------------------------------------------------------
 
-    def _new_folder(
-        self, root: Path, tokenizer: IndexTokenizer, settings: FolderSettings, editors: _Editors, count: int
-    ) -> WorkspaceFolder:
-        share = _budget(settings) // max(1, count)
-        return WorkspaceFolder(
-            root, tokenizer.tokenizer, tokenizer.lock, tokenizer.fingerprint, editors,
-            replace(settings, memory_budget=share),
-        )
+    def _new_folder(self, root: Path, tokenizer: IndexTokenizer, settings: FolderSettings, editors: _Editors) -> WorkspaceFolder:
+        """A folder not started yet: _share_budgets gives it its share before it starts."""
+        return WorkspaceFolder(root, tokenizer.tokenizer, tokenizer.lock, tokenizer.fingerprint, editors, settings)
 
     def _share_budgets(self) -> None:
         count = len(self._folders)
