@@ -210,7 +210,7 @@ FUZZ_SOURCES := native/fuzz/static_cache_fuzz.cpp $(addprefix native/,static_cac
 FUZZ_FLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all -Inative
 FOLDER_FUZZ_DIVISOR ?= 4
 FOLDER_FUZZ_SOURCES := native/fuzz/folder_table_fuzz.cpp $(addprefix native/,folder_table.cpp \
-	folder_table_builder.cpp workspace_layers.cpp file_bytes.cpp checksum.cpp atomic_file.cpp ngram_cache.cpp \
+	folder_table_builder.cpp page_release.cpp scratch_file.cpp workspace_layers.cpp file_bytes.cpp checksum.cpp atomic_file.cpp ngram_cache.cpp \
 	drafter.cpp static_cache.cpp static_cache_store.cpp)
 .PHONY: fuzz fuzz-libfuzzer fuzz-folder-libfuzzer
 build/fuzz/static_cache_fuzz: $(FUZZ_SOURCES) $(wildcard native/*.h) $(wildcard native/fuzz/*.h)

@@ -1,6 +1,7 @@
 #include "bindings.h"
 
 #include "folder_table_builder.h"
+#include "page_release.h"
 
 #include <memory>
 #include <optional>
@@ -93,7 +94,7 @@ void bind_folder_table(py::module_& m) {
     m.def(
         "build_folder_table",
         [](const std::vector<py::object>& documents, const std::string& path, int64_t n_vocab, uint64_t fingerprint,
-           int64_t memory_limit, int64_t min_count) {
+           int64_t memory_limit, int64_t min_count, bool release_pages) {
             const uint32_t vocab = checked_vocab(n_vocab);
             if (memory_limit <= 0 || min_count < 1 || min_count > 0xFFFFFFFF) {
                 throw py::value_error("memory_limit must be > 0 and min_count >= 1");
@@ -101,31 +102,38 @@ void bind_folder_table(py::module_& m) {
             std::vector<TokenArray> arrays;
             std::vector<lookup::TokenView> views;
             arrays.reserve(documents.size());
-            for (const py::object& d : documents) {
-                arrays.push_back(as_tokens(d));
-                check_tokens(arrays.back().data(), static_cast<size_t>(arrays.back().size()), vocab);
-                views.push_back({arrays.back().data(), static_cast<size_t>(arrays.back().size())});
+            {
+                lookup::PageRelease pages(release_pages);  // the check reads every page once too
+                for (const py::object& d : documents) {
+                    arrays.push_back(as_tokens(d));
+                    const size_t size = static_cast<size_t>(arrays.back().size());
+                    check_tokens(arrays.back().data(), size, vocab);
+                    views.push_back({arrays.back().data(), size});
+                    pages.done_with(views.back().data, size * sizeof(lookup::token_t));
+                }
             }
+            const lookup::FolderTableOptions options{vocab, fingerprint, static_cast<uint32_t>(min_count),
+                                                     static_cast<size_t>(memory_limit), release_pages};
             lookup::FolderTableBuild stats;
             std::string error;
             bool ok;
             {
                 py::gil_scoped_release nogil;
-                ok = lookup::build_folder_table(views, vocab, fingerprint, static_cast<uint32_t>(min_count),
-                                                static_cast<size_t>(memory_limit), path, &stats, &error);
+                ok = lookup::build_folder_table(views, options, path, &stats, &error);
             }
             if (!ok) raise_os_error(path, error);
             py::dict d;
             d["n_tokens"] = stats.n_tokens;
             d["n_keys"] = stats.n_keys;
             d["n_keys_seen"] = stats.n_keys_seen;
-            d["partitions"] = stats.partitions;
+            d["units"] = stats.units;
+            d["passes"] = stats.passes;
             d["file_size"] = stats.file_size;
             d["peak_bytes"] = stats.peak_bytes;
             return d;
         },
         py::arg("documents"), py::arg("path"), py::arg("n_vocab"), py::arg("fingerprint"), py::kw_only(),
-        py::arg("memory_limit"), py::arg("min_count") = 2);
+        py::arg("memory_limit"), py::arg("min_count") = 2, py::arg("release_pages") = false);
 }
 
 }  // namespace lookup_ext

@@ -4,6 +4,8 @@
 #include "checksum.h"
 #include "folder_table_format.h"
 #include "ngram_cache.h"
+#include "page_release.h"
+#include "scratch_file.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,10 +14,14 @@ namespace lookup {
 
 namespace {
 
-// What one token of input costs while its partition is counted: the cache (slots and pool for
-// the four keys it ends) and the sort buffer. An upper estimate from the cache's layout, so that
-// a build stays within its limit rather than near it on average.
+// What one token of input may cost while its unit is counted: the cache (slots and pool for the
+// four keys it ends) and the sort buffer. An upper estimate from the cache's layout, which sizes
+// the units so that the first pass, before anything is measured, stays within the limit.
 constexpr size_t k_bytes_per_token = 96;
+// Later passes are sized from what the earlier ones measured, with this much to spare: units
+// are hash ranges, so their sizes differ by little more than chance.
+constexpr double k_margin = 1.125;
+constexpr uint32_t k_finer_bits = 2;
 // Buckets hold about this many records each on average.
 constexpr uint64_t k_records_per_bucket = 4;
 
@@ -24,6 +30,93 @@ uint32_t ceil_log2(uint64_t x) {
     while (bits < 63 && (uint64_t{1} << bits) < x) ++bits;
     return bits;
 }
+
+// What the units counted so far held, to size the next pass.
+struct UnitCosts {
+    uint64_t units = 0;
+    uint64_t keys = 0;
+    uint64_t pool = 0;     // followers in the caches' pools
+    uint64_t written = 0;  // keys at or above min_count
+
+    [[nodiscard]] size_t projected(double n, uint64_t of) const {
+        return static_cast<size_t>(k_margin * n * static_cast<double>(of) / static_cast<double>(units)) + 1;
+    }
+    [[nodiscard]] size_t bytes(uint64_t n_units) const;
+    // How many of the `left` units the next pass may count within `limit` bytes (at least one).
+    [[nodiscard]] uint64_t fit(size_t limit, uint64_t left) const {
+        if (units == 0) return 1;
+        uint64_t lo = 1, hi = left;
+        while (lo < hi) {
+            const uint64_t mid = lo + (hi - lo + 1) / 2;
+            if (bytes(mid) <= limit) lo = mid; else hi = mid - 1;
+        }
+        return lo;
+    }
+};
+
+// The cache is far larger than the CPU's: occurrences are added in batches whose slots were
+// prefetched as they were collected, so their cache misses overlap.
+class Batch {
+public:
+    void push(NgramCache& cache, NgramKey key, token_t follower) {
+        cache.prefetch(key);
+        m_keys[m_size] = key;
+        m_followers[m_size] = follower;
+        if (++m_size == k_size) apply(cache);
+    }
+    void apply(NgramCache& cache) {
+        for (size_t i = 0; i < m_size; ++i) cache.add_count(m_keys[i], m_followers[i], 1);
+        m_size = 0;
+    }
+
+private:
+    static constexpr size_t k_size = 16;
+    NgramKey m_keys[k_size];
+    token_t m_followers[k_size];
+    size_t m_size = 0;
+};
+
+// The first pass hashes every n-gram occurrence and writes the top byte of each hash to a
+// scratch file, in document order: four bytes for each position i >= 1 of a document, one for
+// each n = 1..4 (where n > i there is no n-gram and the byte is never read). Later passes read
+// those bytes instead of hashing every key again, and build and hash only the keys whose byte
+// can hold one of their units: over a large folder, a pass costs a read of the bytes rather
+// than a hash of every key, and there may be hundreds of passes.
+constexpr size_t k_bytes_per_position = k_ngram_max;
+constexpr size_t k_scratch_chunk = size_t{1} << 22;
+
+[[nodiscard]] uint8_t hash_byte(uint64_t hash) { return static_cast<uint8_t>(hash >> 56); }
+
+// Which hash bytes may belong to the units [first, first + count): a contiguous range of bytes,
+// as units are contiguous ranges of hashes.
+class ByteRange {
+public:
+    ByteRange(uint32_t unit_bits, uint64_t first, uint64_t count) {
+        const uint64_t last = first + count - 1;
+        if (unit_bits >= 8) {
+            m_lo = static_cast<uint8_t>(first >> (unit_bits - 8));
+            m_span = static_cast<uint8_t>((last >> (unit_bits - 8)) - (first >> (unit_bits - 8)));
+        } else {
+            m_lo = static_cast<uint8_t>(first << (8 - unit_bits));
+            m_span = static_cast<uint8_t>((((last + 1) << (8 - unit_bits)) - 1) - (first << (8 - unit_bits)));
+        }
+    }
+    [[nodiscard]] bool has(uint8_t b) const { return static_cast<uint8_t>(b - m_lo) <= m_span; }
+    // Whether any of the 16 bytes at p is in the range (most blocks are not, in a pass of many).
+    [[nodiscard]] bool any_of_16(const unsigned char* p) const {
+        typedef uint8_t v16 __attribute__((vector_size(16)));
+        v16 v;
+        std::memcpy(&v, p, sizeof v);
+        const v16 hit = (v16)((v - m_lo) <= m_span);
+        uint64_t words[2];
+        std::memcpy(words, &hit, sizeof words);
+        return (words[0] | words[1]) != 0;
+    }
+
+private:
+    uint8_t m_lo = 0;
+    uint8_t m_span = 0;
+};
 
 struct Entry {
     uint64_t bucket;
@@ -82,20 +175,32 @@ private:
     Checksum m_checksum;
 };
 
+size_t UnitCosts::bytes(uint64_t n_units) const {
+    const double n = static_cast<double>(n_units);
+    return NgramCache::slots_for(projected(n, keys)) * NgramCache::slot_bytes() + projected(n, pool) * sizeof(Follower) +
+           projected(n, written) * sizeof(Entry);
+}
+
 }  // namespace
 
-bool build_folder_table(const std::vector<TokenView>& documents, uint32_t n_vocab, uint64_t fingerprint,
-                        uint32_t min_count, size_t memory_limit, const std::string& path,
-                        FolderTableBuild* stats, std::string* error) {
+bool build_folder_table(const std::vector<TokenView>& documents, const FolderTableOptions& options,
+                        const std::string& path, FolderTableBuild* stats, std::string* error) {
     FolderTableBuild s;
     for (const TokenView& d : documents) s.n_tokens += d.size;
     const uint32_t bucket_bits = std::clamp(ceil_log2(s.n_tokens / k_records_per_bucket + 1),
                                             k_folder_table_min_bits, uint32_t{24});
     const size_t index_bytes = ((size_t{1} << bucket_bits) + 1) * sizeof(uint64_t);
-    const size_t for_counting = memory_limit > 2 * index_bytes ? memory_limit - index_bytes : memory_limit / 2;
-    const uint32_t partition_bits =
-        std::min(bucket_bits, ceil_log2((s.n_tokens * k_bytes_per_token + for_counting - 1) / std::max<size_t>(for_counting, 1)));
-    s.partitions = 1u << partition_bits;
+    const size_t limit = options.memory_limit;
+    const size_t for_counting = limit > 2 * index_bytes ? limit - index_bytes : limit / 2;
+    // Units are the top bits of a key's hash, as buckets are, so counting them in order writes
+    // the buckets in order. Where one pass will not do, a unit is a quarter of what the estimate
+    // would fit in the limit: the cache's slots come in powers of two, and finer units let a
+    // pass fill more of the limit.
+    const uint32_t estimate_bits =
+        ceil_log2((s.n_tokens * k_bytes_per_token + for_counting - 1) / std::max<size_t>(for_counting, 1));
+    const uint32_t unit_bits = std::min(bucket_bits, estimate_bits > 0 ? estimate_bits + k_finer_bits : 0);
+    const uint64_t n_units = uint64_t{1} << unit_bits;
+    s.units = static_cast<uint32_t>(n_units);
 
     AtomicFile file(path, 0600);  // the n-grams of the user's code: the user's only
     FolderTableHeader h{};
@@ -103,21 +208,78 @@ bool build_folder_table(const std::vector<TokenView>& documents, uint32_t n_voca
     StreamWriter stream(file, bucket_bits);
     std::vector<Entry> entries;
     std::vector<Follower> followers;
-    for (uint32_t p = 0; p < s.partitions; ++p) {
+    UnitCosts costs;
+    const size_t slash = path.find_last_of('/');
+    ScratchFile scratch(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
+    std::vector<unsigned char> bytes;
+    for (uint64_t first = 0; first < n_units;) {
+        const uint64_t count = costs.fit(for_counting, n_units - first);
         NgramCache cache;
-        for (const TokenView& d : documents) {
-            for (size_t i = 1; i < d.size; ++i) {
-                for (size_t n = 1; n <= k_ngram_max && n <= i; ++n) {
-                    const NgramKey key = make_key(d.data + i - n, static_cast<int>(n));
-                    if (partition_bits > 0 && (hash_key(key) >> (64 - partition_bits)) != p) continue;
-                    cache.add_count(key, d.data[i], 1);
+        if (costs.units > 0) {
+            const double n = static_cast<double>(count);
+            cache.reserve(costs.projected(n, costs.keys), costs.projected(n, costs.pool));
+        }
+        const auto in_pass = [&](uint64_t hash) {
+            // Unsigned: units below `first` wrap around to far above `count`.
+            return (unit_bits > 0 ? hash >> (64 - unit_bits) : 0) - first < count;
+        };
+        Batch batch;
+        if (first == 0) {
+            PageRelease pages(options.release_pages);
+            const bool keep_bytes = count < n_units;  // there will be other passes
+            for (const TokenView& d : documents) {
+                for (size_t i = 1; i < d.size; ++i) {
+                    unsigned char position[k_bytes_per_position] = {};
+                    for (size_t n = 1; n <= k_ngram_max && n <= i; ++n) {
+                        const NgramKey key = make_key(d.data + i - n, static_cast<int>(n));
+                        const uint64_t hash = hash_key(key);
+                        position[n - 1] = hash_byte(hash);
+                        if (in_pass(hash)) batch.push(cache, key, d.data[i]);
+                    }
+                    if (keep_bytes) scratch.append(position, sizeof position);
                 }
+                pages.done_with(d.data, d.size * sizeof(token_t));
+            }
+            if (keep_bytes && !scratch.finish_writing(error)) return false;
+        } else {
+            const ByteRange range(unit_bits, first, count);
+            PageRelease pages(options.release_pages);
+            uint64_t offset = 0;  // of the document's first byte in the scratch file
+            for (const TokenView& d : documents) {
+                const size_t n_bytes = d.size > 1 ? k_bytes_per_position * (d.size - 1) : 0;
+                for (size_t done = 0; done < n_bytes;) {
+                    bytes.resize(std::min(k_scratch_chunk, n_bytes - done) + 16);  // + room for the last block
+                    const size_t got = scratch.read_at(offset + done, bytes.data(), bytes.size() - 16, error);
+                    if (got != bytes.size() - 16) {
+                        if (error->empty()) *error = "the scratch file ended early";
+                        return false;
+                    }
+                    std::memset(bytes.data() + got, 0, 16);
+                    for (size_t b = 0; b < got; b += 16) {
+                        if (!range.any_of_16(bytes.data() + b)) continue;
+                        for (size_t k = b; k < std::min(b + 16, got); ++k) {
+                            if (!range.has(bytes[k])) continue;
+                            const size_t at = done + k;
+                            const size_t i = 1 + at / k_bytes_per_position;
+                            const size_t n = 1 + at % k_bytes_per_position;
+                            if (n > i) continue;
+                            const NgramKey key = make_key(d.data + i - n, static_cast<int>(n));
+                            if (in_pass(hash_key(key))) batch.push(cache, key, d.data[i]);
+                        }
+                    }
+                    done += got;
+                }
+                offset += n_bytes;
+                pages.done_with(d.data, d.size * sizeof(token_t));
             }
         }
-        s.n_keys_seen += cache.n_keys();
+        batch.apply(cache);
+        size_t n_written = 0;
+        cache.for_each([&](NgramKey, const FollowerSpan& span) { n_written += span.sum >= options.min_count; });
         entries.clear();
+        entries.reserve(n_written);
         cache.for_each([&](NgramKey key, const FollowerSpan& span) {
-            if (span.sum >= min_count) entries.push_back({folder_bucket(key, bucket_bits), key, span});
+            if (span.sum >= options.min_count) entries.push_back({folder_bucket(key, bucket_bits), key, span});
         });
         s.peak_bytes = std::max(s.peak_bytes, cache.memory_bytes() + entries.capacity() * sizeof(Entry));
         std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
@@ -134,16 +296,23 @@ bool build_folder_table(const std::vector<TokenView>& documents, uint32_t n_voca
             }
             stream.record(e.bucket, e.key, followers);
         }
+        s.n_keys_seen += cache.n_keys();
         s.n_keys += entries.size();
+        costs.units += count;
+        costs.keys += cache.n_keys();
+        costs.pool += cache.pool_size();
+        costs.written += entries.size();
         entries = std::vector<Entry>();
+        ++s.passes;
+        first += count;
     }
     stream.finish();
     std::memcpy(h.magic, k_folder_table_magic, sizeof h.magic);
     h.format_version = k_folder_table_version;
     h.bucket_bits = bucket_bits;
-    h.n_vocab = n_vocab;
-    h.min_count = min_count;
-    h.fingerprint = fingerprint;
+    h.n_vocab = options.n_vocab;
+    h.min_count = options.min_count;
+    h.fingerprint = options.fingerprint;
     h.n_keys = s.n_keys;
     h.stream_bytes = stream.stream_bytes();
     h.file_size = folder_table_size(h.stream_bytes, bucket_bits);

@@ -31,10 +31,17 @@ static_assert(std::is_trivially_copyable_v<NgramKey>);
 inline constexpr uint32_t k_no_token = 0xFFFFFFFFu;
 inline constexpr uint64_t k_empty_lo = ~uint64_t{0};
 
+// n is 1..4. Built from words rather than from a padded array: storing the array and reading
+// it back as words stalls store forwarding, which made this the most expensive step of a scan.
 [[nodiscard]] inline NgramKey make_key(const token_t* tokens, int n) {
-    uint32_t t[4] = {k_no_token, k_no_token, k_no_token, k_no_token};
-    for (int i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(tokens[i]);
-    return {t[0] | (uint64_t{t[1]} << 32), t[2] | (uint64_t{t[3]} << 32)};
+    const auto word = [](uint32_t a, uint32_t b) { return a | (uint64_t{b} << 32); };
+    const auto at = [tokens](int i) { return static_cast<uint32_t>(tokens[i]); };
+    switch (n) {
+        case 1: return {word(at(0), k_no_token), word(k_no_token, k_no_token)};
+        case 2: return {word(at(0), at(1)), word(k_no_token, k_no_token)};
+        case 3: return {word(at(0), at(1)), word(at(2), k_no_token)};
+        default: return {word(at(0), at(1)), word(at(2), at(3))};
+    }
 }
 
 [[nodiscard]] inline token_t key_token(NgramKey key, int i) {

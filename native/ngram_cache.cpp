@@ -353,6 +353,17 @@ void NgramCache::clear() {
     m_total_count = 0;
 }
 
+size_t NgramCache::slots_for(size_t n_keys) {
+    size_t n_slots = k_min_slots;
+    while (n_slots < 2 * (n_keys + 1)) n_slots *= 2;
+    return n_slots;
+}
+
+void NgramCache::reserve(size_t n_keys, size_t n_pool) {
+    if (slots_for(n_keys) > m_slots.size()) rehash(slots_for(n_keys));
+    m_pool.reserve(n_pool);
+}
+
 size_t NgramCache::memory_bytes() const {
     size_t bytes = m_slots.capacity() * sizeof(Slot) + m_pool.capacity() * sizeof(Follower);
     for (const std::vector<uint32_t>& free_list : m_free_blocks) bytes += free_list.capacity() * 4;

@@ -33,6 +33,12 @@ public:
 
     void merge(const NgramCache& other);
     void clear();
+    // Room for n_keys keys and a pool of n_pool followers without growing: a caller that knows
+    // the sizes ahead skips the rehashes and knows the memory it will take.
+    void reserve(size_t n_keys, size_t n_pool);
+    // The slot count reserve(n_keys, ...) allocates (a power of two, at most half full).
+    [[nodiscard]] static size_t slots_for(size_t n_keys);
+    [[nodiscard]] static constexpr size_t slot_bytes() { return sizeof(Slot); }
 
     [[nodiscard]] FollowerSpan find(NgramKey key) const;
     // Starts loading the key's slot so that several look-ups overlap their cache misses.
@@ -41,6 +47,7 @@ public:
     [[nodiscard]] size_t n_keys() const { return m_n_keys; }
     [[nodiscard]] size_t n_followers() const { return m_n_followers; }
     [[nodiscard]] uint64_t total_count() const { return m_total_count; }
+    [[nodiscard]] size_t pool_size() const { return m_pool.size(); }  // followers, freed blocks included
     [[nodiscard]] size_t memory_bytes() const;
 
     // Visits every (key, followers) pair in slot order.

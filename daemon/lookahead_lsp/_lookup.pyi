@@ -234,7 +234,10 @@ def build_folder_table(
     *,
     memory_limit: int,
     min_count: int = 2,
+    release_pages: bool = False,
 ) -> dict[str, int]:
     """Counts the documents' n-grams within about memory_limit bytes (in as many passes as that
-    takes) and writes the table atomically. Returns n_tokens, n_keys, n_keys_seen, partitions,
-    file_size, peak_bytes. OSError when it cannot be written; ValueError for a bad token."""
+    takes) and writes the table atomically. release_pages: the documents are views of one
+    read-only file mapping, whose pages are given back as they are read. Returns n_tokens,
+    n_keys, n_keys_seen, units, passes, file_size, peak_bytes. OSError when it cannot be
+    written; ValueError for a bad token."""

@@ -452,7 +452,7 @@ struct Seeds {
 Seeds build_seeds() {
     std::mt19937_64 rng(30);
     // 4096 bytes hold the counts of a few dozen tokens (the writer reckons 96 bytes a token, less
-    // the index), so those builds take many partitions; 256 MiB takes one.
+    // the index, and a cache is at least 2 KiB), so those builds take many passes; 256 MiB one.
     const Shape shapes[] = {
         {50, 0, 0, 1, 1 << 20},      {50, 3, 1, 1, 1 << 20},       {50, 3, 6, 1, 1 << 20},
         {50, 4, 250, 1, 4096, false}, {50, 4, 250, 2, 4096, false}, {300, 3, 300, 1, 4096, true},
@@ -469,13 +469,13 @@ Seeds build_seeds() {
             for (const Tokens& d : seed.documents) views.push_back({d.data(), d.size()});
             lookup::FolderTableBuild stats;
             std::string error;
-            if (!lookup::build_folder_table(views, shape.n_vocab, rng(), shape.min_count, shape.memory_limit, file.path(),
-                                            &stats, &error)) {
+            const lookup::FolderTableOptions options{shape.n_vocab, rng(), shape.min_count, shape.memory_limit};
+            if (!lookup::build_folder_table(views, options, file.path(), &stats, &error)) {
                 file.fail("seed", error);
             }
             seed.input = file.input();
             // A shape meant to split must split, or the partitioned writer goes untested.
-            if (shape.memory_limit == 4096 && stats.partitions < 2) file.fail("seed", "a small memory limit, one partition");
+            if (shape.memory_limit == 4096 && stats.passes < 2) file.fail("seed", "a small memory limit, one pass");
             for (const Tokens& d : seed.documents) {
                 ngram_keys(d, seeds.keys);
                 if (!d.empty()) seeds.documents.push_back(d);

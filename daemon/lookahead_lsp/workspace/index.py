@@ -370,6 +370,7 @@ class WorkspaceIndex:
         build_folder_table(
             [record.tokens for record in loaded.records.values()], str(table_path), self.cache.n_vocab,
             fingerprint, memory_limit=max(_MIN_BUILD_BYTES, self.settings.budget() - self._locked_memory()),
+            release_pages=True,
         )
         loaded.release_pages()
         table = FolderTable.open(str(table_path), self.cache.n_vocab, fingerprint)
