@@ -6,7 +6,7 @@ running interpreter, JavaScript from the extension's node_modules, C from linux-
 bench/decode_bench.py draws them), visited one after another (each visit a jump to another
 file), the first file visited again at the end (a jump back). In each visit the document is the
 file cut at a drawn cursor; the user rests there --rest-s seconds (the extension reports the
-resting cursor after 250 ms), asks for a suggestion (time to the first suggestion), then types
+cursor of a file opened or jumped to at once), asks for a suggestion (time to the first suggestion), then types
 the file's real next characters with human timing (a gap of 90-220 ms a key, a pause of
 0.6-1.5 s now and then). Each suggestion is read for --read-ms; when the real text continues
 with it the user accepts it whole, else with its first word when that matches (the way Tab and
@@ -222,9 +222,8 @@ async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: fl
         text = texts.get(uri, task.text[: task.cursor])
         done = len(text) - task.cursor  # characters typed in an earlier visit
         await editor.visit(uri, task.language, text)
-        await asyncio.sleep(0.25)
         await editor.rest(uri, text)
-        await asyncio.sleep(max(0.0, rest_s - 0.25))
+        await asyncio.sleep(rest_s)
         start = time.perf_counter()
         shown, source = await editor.suggest(uri, text)
         session.latencies.append(Latency("first", (time.perf_counter() - start) * 1000, source, task.language))

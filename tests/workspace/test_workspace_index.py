@@ -4,6 +4,7 @@ tokens, kept so through disk changes, editor documents, ignore patterns and pers
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import random
 import shutil
@@ -21,6 +22,7 @@ from lookahead_lsp.base.cache_files import default_cache_dir
 from lookahead_lsp.base.tokenizer import POOL_MIN_BYTES, Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace.files import OUTSIDE
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
+from lookahead_lsp.workspace import store as store_module
 from lookahead_lsp.workspace.index_stats import IGNORED, IndexProgress
 from lookahead_lsp.workspace.store import (
     FORMAT_VERSION,
@@ -632,3 +634,21 @@ def test_gitignore_files_are_parsed_once_until_edited(
     write(root, ".gitignore", "")
     assert index.apply_disk_change(write(root, "new.log", "l\n")) == "updated"
     assert len(parsed) == 4
+
+
+def test_a_store_checked_page_by_page_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check hands back each page it has read (a store can be gigabytes): the tokens read
+    afterwards are still the saved ones, and a bad token in a late page is still caught."""
+    monkeypatch.setattr(store_module, "_CRC_CHUNK", mmap.PAGESIZE)
+    rng = np.random.default_rng(5)
+    records = {
+        PurePosixPath(f"f{i}.c"): FileRecord(tokens=rng.integers(0, 1000, size=3000, dtype=np.int32), stamp=(i, OLD_MTIME_NS), digest=None)
+        for i in range(40)
+    }
+    path = tmp_path / "index.bin"
+    save_records(path, FINGERPRINT, records)
+    loaded = load_records(path, FINGERPRINT, 1000)
+    assert all(np.array_equal(loaded[name].tokens, record.tokens) for name, record in records.items())
+    records[PurePosixPath("f39.c")].tokens[-1] = 1000
+    save_records(path, FINGERPRINT, records)
+    assert load_records(path, FINGERPRINT, 1000) == {}

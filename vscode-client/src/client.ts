@@ -97,9 +97,9 @@ export class DaemonClient implements vscode.Disposable {
     return l !== undefined && l.ok && l.line.command.startsWith(folder);
   }
 
-  /** The selection or the active editor changed. */
-  cursorMoved(): void {
-    this.cursor.moved();
+  /** The selection or the active editor changed; jump: see CursorReporter.moved. */
+  cursorMoved(jump: boolean): void {
+    this.cursor.moved(jump);
   }
 
   async startServer(): Promise<void> {

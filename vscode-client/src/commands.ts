@@ -35,8 +35,9 @@ export function registerCommands({ out, server, install, statusBar, cacheBuild, 
     // workspace count.
     vscode.workspace.onDidGrantWorkspaceTrust(() => server.settingsChanged()),
     vscode.window.onDidChangeTextEditorSelection((e) => {
-      if (e.textEditor === vscode.window.activeTextEditor) server.cursorMoved();
+      const jump = e.kind === vscode.TextEditorSelectionChangeKind.Command;
+      if (e.textEditor === vscode.window.activeTextEditor) server.cursorMoved(jump);
     }),
-    vscode.window.onDidChangeActiveTextEditor(() => server.cursorMoved()),
+    vscode.window.onDidChangeActiveTextEditor(() => server.cursorMoved(true)),
   ];
 }

@@ -75,9 +75,9 @@ const NODE_TIMERS: Timers = {
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
 };
 
-/** Tells the daemon where the cursor rests: delayMs after the last moved(), the report of
- * read() at that moment, unless it is the one sent last (same place, same document version),
- * which the daemon has evaluated already. */
+/** Tells the daemon where the cursor rests: delayMs after the last moved() (at once after a
+ * jump), the report of read() at that moment, unless it is the one sent last (same place, same
+ * document version), which the daemon has evaluated already. */
 export class CursorReporter {
   private timer: unknown;
   private last: CursorReport | undefined;
@@ -90,14 +90,21 @@ export class CursorReporter {
     private readonly timers: Timers = NODE_TIMERS,
   ) {}
 
-  /** The selection or the active editor changed: wait for quiet again. */
-  moved(): void {
+  /** The selection or the active editor changed: wait for quiet again. jump: another editor
+   * became active, or a command put the cursor somewhere (go to definition, to a line); the
+   * cursor lands where the user is about to look, and the prompt there is the longest to
+   * evaluate (nothing of it is cached yet), so it is reported without the quiet time (on the
+   * next tick, so that the events of one jump send one report). */
+  moved(jump = false): void {
     if (this.disposed) return;
     this.cancel();
-    this.timer = this.timers.setTimeout(() => {
-      this.timer = undefined;
-      this.report();
-    }, this.delayMs);
+    this.timer = this.timers.setTimeout(
+      () => {
+        this.timer = undefined;
+        this.report();
+      },
+      jump ? 0 : this.delayMs,
+    );
   }
 
   /** The client stopped or is replaced: nothing waiting goes out, and the next server, which

@@ -260,6 +260,15 @@ def _map(path: Path) -> mmap.mmap:
         return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+def _release(data: mmap.mmap, offset: int, size: int) -> None:
+    """Drops the pages wholly inside [offset, offset + size) from this process's memory: a check
+    reads a store of any size, and what it has read would otherwise stay resident all at once."""
+    first = -(-offset // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = min(offset + size, len(data)) // mmap.PAGESIZE * mmap.PAGESIZE
+    if end > first and hasattr(mmap, "MADV_DONTNEED"):
+        data.madvise(mmap.MADV_DONTNEED, first, end - first)
+
+
 def _parse(data: mmap.mmap, fingerprint: int, n_vocab: int) -> LoadedStore:
     magic, version, reserved, stored_fingerprint, n_files, n_tokens, names_bytes, generation = (
         _HEADER_START.unpack_from(data)
@@ -281,11 +290,15 @@ def _parse(data: mmap.mmap, fingerprint: int, n_vocab: int) -> LoadedStore:
     crc = 0
     for offset in range(HEADER_BYTES, len(data), _CRC_CHUNK):
         crc = zlib.crc32(view[offset : offset + _CRC_CHUNK], crc)
+        _release(data, offset, _CRC_CHUNK)
     if _checksum(bytes(view[: _HEADER_START.size]), crc) != checksum:
         raise _Unusable("checksum mismatch")
     tokens = np.frombuffer(data, dtype="<i4", count=n_tokens, offset=HEADER_BYTES)
-    if n_tokens and (int(tokens.min()) < 0 or int(tokens.max()) >= n_vocab):
-        raise _Unusable(f"token ids outside [0, {n_vocab})")
+    for first in range(0, n_tokens, _CRC_CHUNK // 4):
+        chunk = tokens[first : first + _CRC_CHUNK // 4]
+        if int(chunk.min()) < 0 or int(chunk.max()) >= n_vocab:
+            raise _Unusable(f"token ids outside [0, {n_vocab})")
+        _release(data, HEADER_BYTES + 4 * first, 4 * len(chunk))
     offset = HEADER_BYTES + token_bytes
     columns = np.frombuffer(data, dtype="<i8", count=_COLUMNS * n_files, offset=offset).reshape(_COLUMNS, n_files)
     offset += 8 * _COLUMNS * n_files

@@ -106,6 +106,23 @@ describe('cursor reports', () => {
     assert.deepEqual(sent, [at(0, 0, 'untitled:Untitled-1')]);
   });
 
+  it('sends a jump at once: another editor, or a command that moved the cursor', () => {
+    const { timers, sent, world, reporter } = setup();
+    world.state = state({ editor: editor({ uri: 'file:///ws/b.py', selections: [cursorAt(40, 2)] }) });
+    reporter.moved(true);
+    reporter.moved(true); // the selection event of the same jump
+    timers.advance(0);
+    assert.deepEqual(sent, [at(40, 2, 'file:///ws/b.py')]);
+    // Moving on from there waits for quiet again, and a move cancels a jump not yet sent.
+    world.state = state({ editor: editor({ uri: 'file:///ws/b.py', selections: [cursorAt(41, 0)] }) });
+    reporter.moved(true);
+    reporter.moved();
+    timers.advance(249);
+    assert.equal(sent.length, 1);
+    timers.advance(1);
+    assert.deepEqual(sent.at(-1), at(41, 0, 'file:///ws/b.py'));
+  });
+
   it('sends nothing for a selection or several cursors', () => {
     const selection = { anchor: { line: 3, character: 0 }, active: { line: 3, character: 4 } };
     const sameLineOtherColumn = { anchor: { line: 2, character: 4 }, active: { line: 3, character: 4 } };
