@@ -38,9 +38,9 @@ void sync_folder(const std::string& path) {
 
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path, unsigned mode) : m_path(std::move(path)), m_mode(mode) {
+AtomicFile::AtomicFile(std::string path, unsigned mode)
+    : m_path(std::move(path)), m_mode(mode), m_buffer(k_buffer_bytes) {
     create_temporary();
-    m_buffer.reserve(k_buffer_bytes);
 }
 
 AtomicFile::~AtomicFile() {
@@ -61,31 +61,9 @@ void AtomicFile::create_temporary() {
     }
 }
 
-void AtomicFile::write(const void* data, size_t size) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    while (size > 0 && m_errno == 0) {
-        const size_t take = std::min(size, k_buffer_bytes - m_buffer.size());
-        m_buffer.insert(m_buffer.end(), p, p + take);
-        p += take;
-        size -= take;
-        if (m_buffer.size() == k_buffer_bytes) flush();
-    }
-}
+void AtomicFile::write(const void* data, size_t size) { m_buffer.write(m_fd, data, size, &m_errno); }
 
-void AtomicFile::flush() {
-    const unsigned char* p = m_buffer.data();
-    size_t left = m_buffer.size();
-    while (left > 0 && m_errno == 0) {
-        const ssize_t n = ::write(m_fd, p, left);
-        if (n < 0) {
-            if (errno != EINTR) m_errno = errno;
-            continue;
-        }
-        p += n;
-        left -= static_cast<size_t>(n);
-    }
-    m_buffer.clear();
-}
+void AtomicFile::flush() { m_buffer.flush(m_fd, &m_errno); }
 
 void AtomicFile::write_at(uint64_t offset, const void* data, size_t size) {
     flush();

@@ -9,10 +9,11 @@
 // syncs the folder, so the new content survives a crash once commit() returns true.
 #pragma once
 
+#include "write_buffer.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace lookup {
 
@@ -41,7 +42,7 @@ private:
     int m_errno = 0;
     const char* m_failed = "cannot write";  // what was being done when m_errno was set
     bool m_committed = false;
-    std::vector<unsigned char> m_buffer;
+    WriteBuffer m_buffer;
 };
 
 }  // namespace lookup

@@ -2,17 +2,18 @@
 // dies, so nothing is ever left behind and nothing planted can be opened in its place.
 #pragma once
 
+#include "write_buffer.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace lookup {
 
 class ScratchFile {
 public:
     // In `folder` (O_TMPFILE; where the file system lacks it, a random name created with O_EXCL
-    // and unlinked at once). On failure error() says why and nothing else does anything.
+    // and unlinked at once, named as the daemon's start sweeps leftovers: scratch.tmp.<16 hex>). On failure error() says why and nothing else does anything.
     explicit ScratchFile(const std::string& folder);
     ~ScratchFile();
     ScratchFile(const ScratchFile&) = delete;
@@ -28,13 +29,12 @@ public:
     [[nodiscard]] uint64_t size() const { return m_size; }
 
 private:
-    void flush();
     [[nodiscard]] std::string reason(const char* what) const;
 
     int m_fd = -1;
     int m_errno = 0;
     uint64_t m_size = 0;
-    std::vector<unsigned char> m_buffer;
+    WriteBuffer m_buffer;
 };
 
 }  // namespace lookup

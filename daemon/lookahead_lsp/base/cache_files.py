@@ -23,11 +23,12 @@ _TEMPORARY_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_C
 # A taken name is skipped for another; this many taken in a row means something else is wrong.
 _NAME_ATTEMPTS = 16
 # The temporaries of atomic_writer (NAME.<16 hex>.tmp) and of native/atomic_file.cpp
-# (NAME.tmp.<16 hex>): a process killed while writing (SIGKILL, a crash, a power cut) leaves its
-# own behind, gigabytes for a large folder's index.
+# (NAME.tmp.<16 hex>; native/scratch_file.cpp's scratch.tmp.<16 hex> where O_TMPFILE is
+# missing): a process killed while writing (SIGKILL, a crash, a power cut) leaves its own
+# behind, gigabytes for a large folder's index.
 _TEMPORARY_NAME = re.compile(r".+\.(?:[0-9a-f]{16}\.tmp|tmp\.[0-9a-f]{16})")
 # A temporary not written to for this long belongs to no live writer: each writes its file
-# continuously, a folder table's builder partition by partition (minutes apart at most on the
+# continuously, a folder table's builder pass by pass (minutes apart at most on the
 # largest folders measured).
 STALE_TEMPORARY_S = 3600.0
 
