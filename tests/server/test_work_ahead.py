@@ -164,6 +164,25 @@ def test_coming_back_to_a_file_starts_from_its_saved_kv_state(service: Lookahead
         service.configure({"workAhead": True})
 
 
+def test_where_the_cursor_rested_while_the_model_loaded_is_computed_once_it_is_ready() -> None:
+    """An editor opens a file as it starts the daemon: its cursor report comes while the model
+    loads, and the completion there is computed as soon as the model is ready."""
+    fresh = LookaheadService(RecordingClient(), CACHE)
+    fresh.configure({"maxTokens": 12, "debounceMs": 0, "draft": "none", "timeBudgetMs": None})
+    fresh.start_model()
+    try:
+        uri, text, offset = _spot(*SPOTS[2])
+        fresh.open_document(uri, None, text)
+        fresh.cursor_rests(uri, None, text, offset, "python")
+        assert fresh.status()["model_state"] == "loading"
+        _until(lambda: fresh.status()["model_state"] != "loading")
+        _until(lambda: _ahead(fresh)["runs"] > 0)
+        answer = _complete(fresh, uri, text, offset)
+        assert answer.source == "cache"
+    finally:
+        fresh.shutdown()
+
+
 def test_work_ahead_off_leaves_the_model_idle(service: LookaheadService) -> None:
     service.configure({"workAhead": False})
     try:

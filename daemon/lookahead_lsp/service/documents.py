@@ -56,6 +56,11 @@ class OpenDocuments:
         self._documents[uri] = document
         return before
 
+    def text(self, uri: str) -> str | None:
+        """The editor's text of an open document (empty above the size cap); None if not open."""
+        document = self._documents.get(uri)
+        return None if document is None else document.text
+
     def close(self, uri: str) -> None:
         self._documents.pop(uri, None)
         self._oversized_reported.discard(uri)

@@ -103,6 +103,9 @@ class LookaheadService:
         # Whether the editor says where its cursor rests (lookahead/cursor): else the end of the
         # last edit stands for it.
         self._cursor_reported = False
+        # The last work ahead asked for while the model was loading (uri, path, prefix, suffix):
+        # where the cursor rested then is where the user is once it is ready.
+        self._ahead_when_loaded: tuple[str, Path | None, str, str] | None = None
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -163,6 +166,7 @@ class LookaheadService:
             self.client.log(logging.INFO, f"model loaded: {model.path}")
             self.client.status_changed()
             self.workspace.use_model(model.path)
+            self._ahead_once_loaded(model)
 
     @property
     def worker(self) -> CompletionWorker[Answer]:
@@ -313,10 +317,31 @@ class LookaheadService:
 
     def _work_ahead(self, uri: str, path: Path | None, prefix: str, suffix: str, delay_s: float = 0.0) -> None:
         """Queues the completion of (prefix, suffix) for when the model is idle, unless it is
-        known already or the user turned this off."""
-        model = self._model
-        if not self.settings.work_ahead or model is None or model.engine is None:
+        known already or the user turned this off; while the model loads, for once it is ready."""
+        if not self.settings.work_ahead:
             return
+        model = self._model
+        if model is None or model.engine is None:
+            self._ahead_when_loaded = (uri, path, prefix, suffix)
+            return
+        self._queue_ahead(model, uri, path, prefix, suffix, delay_s)
+
+    def _ahead_once_loaded(self, model: LoadedModel[Answer]) -> None:
+        """The model is ready: the work ahead asked for while it loaded is queued, if its
+        document still has the text it was asked for (else an edit or a report since has
+        said where the user is)."""
+        pending, self._ahead_when_loaded = self._ahead_when_loaded, None
+        if pending is None or not self.settings.work_ahead:
+            return
+        uri, path, prefix, suffix = pending
+        # On the load's thread: the documents are read under the lock the editor's changes take.
+        with self._lock:
+            if self.documents.text(uri) == prefix + suffix:
+                self._queue_ahead(model, uri, path, prefix, suffix, 0.0)
+
+    def _queue_ahead(
+        self, model: LoadedModel[Answer], uri: str, path: Path | None, prefix: str, suffix: str, delay_s: float
+    ) -> None:
         if self.suggestions.lookup(uri, prefix, suffix) is not None:
             return
         job = self._job(uri, path, prefix, suffix, ahead=True)
