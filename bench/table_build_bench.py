@@ -8,13 +8,14 @@ files (bench/index_bench.py's corpus: apt-get install linux-source), tokenized o
 default model's vocabulary and kept in --work. Every limit must write the same bytes (checked:
 the SHA-256 of each table is in the report).
 
-Each build gets its documents either as arrays in memory or, with --mapped, as views of one
+With --threads, each limit is built with each thread count in turn (the passes after the first
+are shared among them). Each build gets its documents either as arrays in memory or, with --mapped, as views of one
 mapped file (as the daemon's store is, and then with release_pages, where the binding has it).
 The binding in use is whichever lookahead_lsp the interpreter imports: run it with PYTHONPATH set
 to another build to compare two versions side by side.
 
     .venv/bin/python bench/table_build_bench.py [--mb 30] [--limit-mib 40 128 ...] [--mapped]
-        [--work DIR] [--json FILE]
+        [--threads 1 2] [--work DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -82,27 +83,33 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=30.0, help="megabytes of kernel source")
     parser.add_argument("--limit-mib", type=int, nargs="+", default=[40, 128, 512], help="memory limits to build with")
     parser.add_argument("--mapped", action="store_true", help="documents as views of a mapped file")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1], help="threads to build with, each in turn")
     parser.add_argument("--work", type=Path, default=Path("/tmp/table-build-bench"), help="tokens and tables")
     parser.add_argument("--json", type=Path, help="write the report here too")
     args = parser.parse_args()
 
     tokens_file, lengths, n_vocab, fingerprint = tokenized_slice(args.mb, args.work)
-    releases = "release_pages" in (inspect.getdoc(build_folder_table) or "")
+    signature = inspect.getdoc(build_folder_table) or ""
+    releases, threaded = "release_pages" in signature, "threads" in signature
     runs = []
     with tokens_file.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
         source: Any = mapping if args.mapped else np.fromfile(tokens_file, dtype=np.int32).tobytes()
         docs = documents(source, lengths)
         for limit in args.limit_mib:
-            table = args.work / f"limit-{limit}.table"
-            extra = {"release_pages": True} if args.mapped and releases else {}
-            began = time.perf_counter()
-            stats = build_folder_table(docs, str(table), n_vocab, fingerprint, memory_limit=limit * MIB, **extra)
-            seconds = time.perf_counter() - began
-            digest = hashlib.sha256(table.read_bytes()).hexdigest()
-            table.unlink()
-            runs.append({"limit_mib": limit, "seconds": round(seconds, 2), "sha256": digest, **stats})
-            print(f"limit {limit} MiB: {seconds:.1f} s, {stats.get('passes', stats.get('partitions'))} passes, "
-                  f"peak {stats['peak_bytes'] / MIB:.0f} MiB", file=sys.stderr, flush=True)
+            for threads in args.threads if threaded else [1]:
+                table = args.work / f"limit-{limit}.table"
+                extra: dict[str, Any] = {"release_pages": True} if args.mapped and releases else {}
+                if threaded:
+                    extra["threads"] = threads
+                began = time.perf_counter()
+                stats = build_folder_table(docs, str(table), n_vocab, fingerprint, memory_limit=limit * MIB, **extra)
+                seconds = time.perf_counter() - began
+                digest = hashlib.sha256(table.read_bytes()).hexdigest()
+                table.unlink()
+                runs.append({"limit_mib": limit, "threads": threads, "seconds": round(seconds, 2), "sha256": digest, **stats})
+                print(f"limit {limit} MiB, {threads} threads: {seconds:.1f} s, "
+                      f"{stats.get('passes', stats.get('partitions'))} passes, peak {stats['peak_bytes'] / MIB:.0f} MiB",
+                      file=sys.stderr, flush=True)
         del docs
     report = {
         "command": " ".join(sys.argv),

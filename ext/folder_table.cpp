@@ -94,11 +94,12 @@ void bind_folder_table(py::module_& m) {
     m.def(
         "build_folder_table",
         [](const std::vector<py::object>& documents, const std::string& path, int64_t n_vocab, uint64_t fingerprint,
-           int64_t memory_limit, int64_t min_count, bool release_pages) {
+           int64_t memory_limit, int64_t min_count, bool release_pages, int64_t threads) {
             const uint32_t vocab = checked_vocab(n_vocab);
             if (memory_limit <= 0 || min_count < 1 || min_count > 0xFFFFFFFF) {
                 throw py::value_error("memory_limit must be > 0 and min_count >= 1");
             }
+            if (threads < 1 || threads > 256) throw py::value_error("threads must be 1..256");
             std::vector<TokenArray> arrays;
             std::vector<lookup::TokenView> views;
             arrays.reserve(documents.size());
@@ -113,7 +114,8 @@ void bind_folder_table(py::module_& m) {
                 }
             }
             const lookup::FolderTableOptions options{vocab, fingerprint, static_cast<uint32_t>(min_count),
-                                                     static_cast<size_t>(memory_limit), release_pages};
+                                                     static_cast<size_t>(memory_limit), release_pages,
+                                                     static_cast<unsigned>(threads)};
             lookup::FolderTableBuild stats;
             std::string error;
             bool ok;
@@ -133,7 +135,7 @@ void bind_folder_table(py::module_& m) {
             return d;
         },
         py::arg("documents"), py::arg("path"), py::arg("n_vocab"), py::arg("fingerprint"), py::kw_only(),
-        py::arg("memory_limit"), py::arg("min_count") = 2, py::arg("release_pages") = false);
+        py::arg("memory_limit"), py::arg("min_count") = 2, py::arg("release_pages") = false, py::arg("threads") = 1);
 }
 
 }  // namespace lookup_ext

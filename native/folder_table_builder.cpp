@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <thread>
 
 namespace lookup {
 
@@ -42,13 +44,18 @@ struct UnitCosts {
         return static_cast<size_t>(k_margin * n * static_cast<double>(of) / static_cast<double>(units)) + 1;
     }
     [[nodiscard]] size_t bytes(uint64_t n_units) const;
-    // How many of the `left` units the next pass may count within `limit` bytes (at least one).
-    [[nodiscard]] uint64_t fit(size_t limit, uint64_t left) const {
+    // How many of the `left` units the next pass may count within `limit` bytes (at least one),
+    // split among `shares` caches of their own (each rounds its slots up on its own).
+    [[nodiscard]] uint64_t fit(size_t limit, uint64_t left, uint64_t shares) const {
         if (units == 0) return 1;
+        const auto pass_bytes = [&](uint64_t n) {
+            const uint64_t k = std::min(shares, n);
+            return k * bytes((n + k - 1) / k);
+        };
         uint64_t lo = 1, hi = left;
         while (lo < hi) {
             const uint64_t mid = lo + (hi - lo + 1) / 2;
-            if (bytes(mid) <= limit) lo = mid; else hi = mid - 1;
+            if (pass_bytes(mid) <= limit) lo = mid; else hi = mid - 1;
         }
         return lo;
     }
@@ -181,6 +188,122 @@ size_t UnitCosts::bytes(uint64_t n_units) const {
            projected(n, written) * sizeof(Entry);
 }
 
+// A pass's units [first, first + count), or the part of them one thread counts: their own
+// cache, then their records sorted for the stream.
+struct Share {
+    uint64_t first = 0;
+    uint64_t count = 0;
+    NgramCache cache;
+    std::vector<Entry> entries;
+    std::string error;
+    bool ok = true;
+};
+
+// Counts shares of passes over one build's documents.
+class Counter {
+public:
+    Counter(const std::vector<TokenView>& documents, const FolderTableOptions& options, uint32_t unit_bits,
+            uint32_t bucket_bits, ScratchFile& scratch)
+        : m_documents(documents), m_options(options), m_unit_bits(unit_bits), m_bucket_bits(bucket_bits),
+          m_scratch(scratch) {}
+
+    // The first pass: every key is hashed, and its hash byte written to the scratch file when
+    // other passes will follow.
+    void first_pass(Share& share, bool keep_bytes) {
+        Batch batch;
+        PageRelease pages(m_options.release_pages);
+        for (const TokenView& d : m_documents) {
+            for (size_t i = 1; i < d.size; ++i) {
+                unsigned char position[k_bytes_per_position] = {};
+                for (size_t n = 1; n <= k_ngram_max && n <= i; ++n) {
+                    const NgramKey key = make_key(d.data + i - n, static_cast<int>(n));
+                    const uint64_t hash = hash_key(key);
+                    position[n - 1] = hash_byte(hash);
+                    if (in(share, hash)) batch.push(share.cache, key, d.data[i]);
+                }
+                if (keep_bytes) m_scratch.append(position, sizeof position);
+            }
+            pages.done_with(d.data, d.size * sizeof(token_t));
+        }
+        batch.apply(share.cache);
+        if (keep_bytes) share.ok = m_scratch.finish_writing(&share.error);
+        if (share.ok) sort_entries(share);
+    }
+
+    // A later pass's share: only the keys whose hash byte may be in its units are built.
+    // `release`: this share's thread hands the documents' pages back (one thread does).
+    void later_pass(Share& share, bool release) {
+        try {
+            count_from_scratch(share, release);
+            if (share.ok) sort_entries(share);
+        } catch (const std::bad_alloc&) {
+            share.ok = false;
+            share.error = "out of memory while counting";
+        }
+    }
+
+private:
+    [[nodiscard]] bool in(const Share& share, uint64_t hash) const {
+        // Unsigned: units below `first` wrap around to far above `count`.
+        return (m_unit_bits > 0 ? hash >> (64 - m_unit_bits) : 0) - share.first < share.count;
+    }
+
+    void count_from_scratch(Share& share, bool release) {
+        const ByteRange range(m_unit_bits, share.first, share.count);
+        PageRelease pages(release && m_options.release_pages);
+        std::vector<unsigned char> bytes;
+        Batch batch;
+        uint64_t offset = 0;  // of the document's first byte in the scratch file
+        for (const TokenView& d : m_documents) {
+            const size_t n_bytes = d.size > 1 ? k_bytes_per_position * (d.size - 1) : 0;
+            for (size_t done = 0; done < n_bytes;) {
+                bytes.resize(std::min(k_scratch_chunk, n_bytes - done) + 16);  // + room for the last block
+                const size_t got = m_scratch.read_at(offset + done, bytes.data(), bytes.size() - 16, &share.error);
+                if (got != bytes.size() - 16) {
+                    if (share.error.empty()) share.error = "the scratch file ended early";
+                    share.ok = false;
+                    return;
+                }
+                std::memset(bytes.data() + got, 0, 16);
+                for (size_t b = 0; b < got; b += 16) {
+                    if (!range.any_of_16(bytes.data() + b)) continue;
+                    for (size_t k = b; k < std::min(b + 16, got); ++k) {
+                        if (!range.has(bytes[k])) continue;
+                        const size_t at = done + k;
+                        const size_t i = 1 + at / k_bytes_per_position;
+                        const size_t n = 1 + at % k_bytes_per_position;
+                        if (n > i) continue;
+                        const NgramKey key = make_key(d.data + i - n, static_cast<int>(n));
+                        if (in(share, hash_key(key))) batch.push(share.cache, key, d.data[i]);
+                    }
+                }
+                done += got;
+            }
+            offset += n_bytes;
+            pages.done_with(d.data, d.size * sizeof(token_t));
+        }
+        batch.apply(share.cache);
+    }
+
+    void sort_entries(Share& share) const {
+        size_t n_written = 0;
+        share.cache.for_each([&](NgramKey, const FollowerSpan& span) { n_written += span.sum >= m_options.min_count; });
+        share.entries.reserve(n_written);
+        share.cache.for_each([&](NgramKey key, const FollowerSpan& span) {
+            if (span.sum >= m_options.min_count) share.entries.push_back({folder_bucket(key, m_bucket_bits), key, span});
+        });
+        std::sort(share.entries.begin(), share.entries.end(), [](const Entry& a, const Entry& b) {
+            return a.bucket != b.bucket ? a.bucket < b.bucket : a.key < b.key;
+        });
+    }
+
+    const std::vector<TokenView>& m_documents;
+    const FolderTableOptions& m_options;
+    uint32_t m_unit_bits;
+    uint32_t m_bucket_bits;
+    ScratchFile& m_scratch;
+};
+
 }  // namespace
 
 bool build_folder_table(const std::vector<TokenView>& documents, const FolderTableOptions& options,
@@ -206,103 +329,66 @@ bool build_folder_table(const std::vector<TokenView>& documents, const FolderTab
     FolderTableHeader h{};
     file.write(&h, sizeof h);  // rewritten once the checksum is known
     StreamWriter stream(file, bucket_bits);
-    std::vector<Entry> entries;
     std::vector<Follower> followers;
     UnitCosts costs;
     const size_t slash = path.find_last_of('/');
     ScratchFile scratch(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
-    std::vector<unsigned char> bytes;
+    Counter counter(documents, options, unit_bits, bucket_bits, scratch);
     for (uint64_t first = 0; first < n_units;) {
-        const uint64_t count = costs.fit(for_counting, n_units - first);
-        NgramCache cache;
-        if (costs.units > 0) {
-            const double n = static_cast<double>(count);
-            cache.reserve(costs.projected(n, costs.keys), costs.projected(n, costs.pool));
+        // The first pass is one share (it writes the scratch file in order); a later one is
+        // split among the threads, each counting its part of the units into a cache of its own:
+        // about the same memory as one cache of them all, the hash table's misses on every core.
+        const uint64_t threads = first == 0 ? 1 : std::max(options.threads, 1u);
+        const uint64_t count = costs.fit(for_counting, n_units - first, threads);
+        const uint64_t n_shares = std::min(threads, count);
+        std::vector<Share> shares(n_shares);
+        for (uint64_t k = 0; k < n_shares; ++k) {
+            Share& share = shares[k];
+            share.first = first + count * k / n_shares;
+            share.count = first + count * (k + 1) / n_shares - share.first;
+            if (costs.units > 0) {
+                const double n = static_cast<double>(share.count);
+                share.cache.reserve(costs.projected(n, costs.keys), costs.projected(n, costs.pool));
+            }
         }
-        const auto in_pass = [&](uint64_t hash) {
-            // Unsigned: units below `first` wrap around to far above `count`.
-            return (unit_bits > 0 ? hash >> (64 - unit_bits) : 0) - first < count;
-        };
-        Batch batch;
         if (first == 0) {
-            PageRelease pages(options.release_pages);
-            const bool keep_bytes = count < n_units;  // there will be other passes
-            for (const TokenView& d : documents) {
-                for (size_t i = 1; i < d.size; ++i) {
-                    unsigned char position[k_bytes_per_position] = {};
-                    for (size_t n = 1; n <= k_ngram_max && n <= i; ++n) {
-                        const NgramKey key = make_key(d.data + i - n, static_cast<int>(n));
-                        const uint64_t hash = hash_key(key);
-                        position[n - 1] = hash_byte(hash);
-                        if (in_pass(hash)) batch.push(cache, key, d.data[i]);
-                    }
-                    if (keep_bytes) scratch.append(position, sizeof position);
-                }
-                pages.done_with(d.data, d.size * sizeof(token_t));
-            }
-            if (keep_bytes && !scratch.finish_writing(error)) return false;
+            counter.first_pass(shares[0], count < n_units);
         } else {
-            const ByteRange range(unit_bits, first, count);
-            PageRelease pages(options.release_pages);
-            uint64_t offset = 0;  // of the document's first byte in the scratch file
-            for (const TokenView& d : documents) {
-                const size_t n_bytes = d.size > 1 ? k_bytes_per_position * (d.size - 1) : 0;
-                for (size_t done = 0; done < n_bytes;) {
-                    bytes.resize(std::min(k_scratch_chunk, n_bytes - done) + 16);  // + room for the last block
-                    const size_t got = scratch.read_at(offset + done, bytes.data(), bytes.size() - 16, error);
-                    if (got != bytes.size() - 16) {
-                        if (error->empty()) *error = "the scratch file ended early";
-                        return false;
-                    }
-                    std::memset(bytes.data() + got, 0, 16);
-                    for (size_t b = 0; b < got; b += 16) {
-                        if (!range.any_of_16(bytes.data() + b)) continue;
-                        for (size_t k = b; k < std::min(b + 16, got); ++k) {
-                            if (!range.has(bytes[k])) continue;
-                            const size_t at = done + k;
-                            const size_t i = 1 + at / k_bytes_per_position;
-                            const size_t n = 1 + at % k_bytes_per_position;
-                            if (n > i) continue;
-                            const NgramKey key = make_key(d.data + i - n, static_cast<int>(n));
-                            if (in_pass(hash_key(key))) batch.push(cache, key, d.data[i]);
-                        }
-                    }
-                    done += got;
+            std::vector<std::thread> helpers;
+            for (uint64_t k = 1; k < n_shares; ++k) {
+                helpers.emplace_back([&counter, &shares, k] { counter.later_pass(shares[k], false); });
+            }
+            counter.later_pass(shares[0], true);
+            for (std::thread& t : helpers) t.join();
+        }
+        size_t pass_bytes = 0;
+        for (Share& share : shares) {
+            if (!share.ok) {
+                *error = share.error;
+                return false;
+            }
+            pass_bytes += share.cache.memory_bytes() + share.entries.capacity() * sizeof(Entry);
+        }
+        s.peak_bytes = std::max(s.peak_bytes, pass_bytes);
+        for (Share& share : shares) {
+            for (const Entry& e : share.entries) {
+                followers.clear();
+                for (const Follower& f : e.followers) {
+                    if (f.count > 0) followers.push_back(f);
                 }
-                offset += n_bytes;
-                pages.done_with(d.data, d.size * sizeof(token_t));
+                if (!e.followers.sorted) {
+                    std::sort(followers.begin(), followers.end(),
+                              [](const Follower& a, const Follower& b) { return a.token < b.token; });
+                }
+                stream.record(e.bucket, e.key, followers);
             }
+            s.n_keys_seen += share.cache.n_keys();
+            s.n_keys += share.entries.size();
+            costs.units += share.count;
+            costs.keys += share.cache.n_keys();
+            costs.pool += share.cache.pool_size();
+            costs.written += share.entries.size();
         }
-        batch.apply(cache);
-        size_t n_written = 0;
-        cache.for_each([&](NgramKey, const FollowerSpan& span) { n_written += span.sum >= options.min_count; });
-        entries.clear();
-        entries.reserve(n_written);
-        cache.for_each([&](NgramKey key, const FollowerSpan& span) {
-            if (span.sum >= options.min_count) entries.push_back({folder_bucket(key, bucket_bits), key, span});
-        });
-        s.peak_bytes = std::max(s.peak_bytes, cache.memory_bytes() + entries.capacity() * sizeof(Entry));
-        std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-            return a.bucket != b.bucket ? a.bucket < b.bucket : a.key < b.key;
-        });
-        for (const Entry& e : entries) {
-            followers.clear();
-            for (const Follower& f : e.followers) {
-                if (f.count > 0) followers.push_back(f);
-            }
-            if (!e.followers.sorted) {
-                std::sort(followers.begin(), followers.end(),
-                          [](const Follower& a, const Follower& b) { return a.token < b.token; });
-            }
-            stream.record(e.bucket, e.key, followers);
-        }
-        s.n_keys_seen += cache.n_keys();
-        s.n_keys += entries.size();
-        costs.units += count;
-        costs.keys += cache.n_keys();
-        costs.pool += cache.pool_size();
-        costs.written += entries.size();
-        entries = std::vector<Entry>();
         ++s.passes;
         first += count;
     }

@@ -23,6 +23,8 @@ struct FolderTableOptions {
     // The documents are views of a read-only file mapping: each pass hands the pages it has read
     // back to the kernel as it goes (page_release.h), so they do not add up in resident memory.
     bool release_pages = false;
+    // Threads that count the shares of a pass after the first (the first is one thread's).
+    unsigned threads = 1;
 };
 
 struct FolderTableBuild {

@@ -235,9 +235,11 @@ def build_folder_table(
     memory_limit: int,
     min_count: int = 2,
     release_pages: bool = False,
+    threads: int = 1,
 ) -> dict[str, int]:
     """Counts the documents' n-grams within about memory_limit bytes (in as many passes as that
-    takes) and writes the table atomically. release_pages: the documents are views of one
-    read-only file mapping, whose pages are given back as they are read. Returns n_tokens,
+    takes, each pass after the first shared among `threads`) and writes the table atomically.
+    release_pages: the documents are views of one read-only file mapping, whose pages are
+    given back as they are read. Returns n_tokens,
     n_keys, n_keys_seen, units, passes, file_size, peak_bytes. OSError when it cannot be
     written; ValueError for a bad token."""

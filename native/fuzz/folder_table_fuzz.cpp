@@ -469,7 +469,9 @@ Seeds build_seeds() {
             for (const Tokens& d : seed.documents) views.push_back({d.data(), d.size()});
             lookup::FolderTableBuild stats;
             std::string error;
-            const lookup::FolderTableOptions options{shape.n_vocab, rng(), shape.min_count, shape.memory_limit};
+            // Two threads: the passes after the first are shared, and their records must still
+            // come out in bucket order.
+            const lookup::FolderTableOptions options{shape.n_vocab, rng(), shape.min_count, shape.memory_limit, false, 2};
             if (!lookup::build_folder_table(views, options, file.path(), &stats, &error)) {
                 file.fail("seed", error);
             }

@@ -1,5 +1,6 @@
-"""Writing a folder table within a memory limit: however many passes the limit takes, and
-whether the documents' pages are handed back as they are read, the file is the same."""
+"""Writing a folder table within a memory limit: however many passes the limit takes, however
+many threads share them, and whether the documents' pages are handed back as they are read,
+the file is the same."""
 
 from __future__ import annotations
 
@@ -32,9 +33,12 @@ def test_a_small_limit_takes_many_passes_and_writes_the_same_table(tmp_path: Pat
     docs = documents(300, seed=1)
     one = build_folder_table(docs, str(tmp_path / "one.table"), N_VOCAB, 7, memory_limit=512 * MIB)
     many = build_folder_table(docs, str(tmp_path / "many.table"), N_VOCAB, 7, memory_limit=MIB)
+    shared = build_folder_table(docs, str(tmp_path / "shared.table"), N_VOCAB, 7, memory_limit=4 * MIB, threads=3)
     assert one["passes"] == 1
     assert many["passes"] > 4 and many["peak_bytes"] < one["peak_bytes"]
+    assert shared["passes"] > 1
     assert (tmp_path / "one.table").read_bytes() == (tmp_path / "many.table").read_bytes()
+    assert (tmp_path / "shared.table").read_bytes() == (tmp_path / "many.table").read_bytes()
     # And it holds what the documents hold: every key counted twice or more, with its followers.
     cache = NgramCache(N_VOCAB)
     for d in docs:
@@ -51,7 +55,7 @@ def test_a_small_limit_takes_many_passes_and_writes_the_same_table(tmp_path: Pat
         else:
             assert len(found) == 0
     # Nothing but the table is left in the folder: the passes' scratch file had no name.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.table", "one.table"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.table", "one.table", "shared.table"]
 
 
 def test_documents_mapped_from_a_file_give_their_pages_back_and_stay_readable(tmp_path: Path) -> None:

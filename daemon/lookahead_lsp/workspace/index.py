@@ -76,6 +76,9 @@ _log = logging.getLogger(__name__)
 MIB = 1 << 20
 # The table builder needs this much at least to count a partition of the n-grams.
 _MIN_BUILD_BYTES = 32 * MIB
+# As many as the tokenizer's workers: the folder's background work takes two cores, at its low
+# priority, and the build's memory is the same however many count.
+_TABLE_THREADS = 2
 
 
 def default_memory_budget() -> int:
@@ -370,7 +373,7 @@ class WorkspaceIndex:
         build_folder_table(
             [record.tokens for record in loaded.records.values()], str(table_path), self.cache.n_vocab,
             fingerprint, memory_limit=max(_MIN_BUILD_BYTES, self.settings.budget() - self._locked_memory()),
-            release_pages=True,
+            release_pages=True, threads=_TABLE_THREADS,
         )
         loaded.release_pages()
         table = FolderTable.open(str(table_path), self.cache.n_vocab, fingerprint)
