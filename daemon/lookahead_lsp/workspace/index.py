@@ -74,7 +74,7 @@ from lookahead_lsp.workspace.store import (
 _log = logging.getLogger(__name__)
 
 MIB = 1 << 20
-# The table builder needs this much at least to count a partition of the n-grams.
+# The table builder needs this much at least to count a unit of the n-grams.
 _MIN_BUILD_BYTES = 32 * MIB
 # As many as the tokenizer's workers: the folder's background work takes two cores, at its low
 # priority, and the build's memory is the same however many count.

@@ -287,18 +287,21 @@ def _parse(data: mmap.mmap, fingerprint: int, n_vocab: int) -> LoadedStore:
     if len(data) != expected:
         raise _Unusable(f"{len(data)} bytes where the header announces {expected}")
     view = memoryview(data)
+    tokens = np.frombuffer(data, dtype="<i4", count=n_tokens, offset=HEADER_BYTES)
+    # One read of each chunk for the checksum and the token range (chunks start a multiple of
+    # 4 bytes into the tokens); a bad checksum is reported before bad tokens.
     crc = 0
+    tokens_in_range = True
     for offset in range(HEADER_BYTES, len(data), _CRC_CHUNK):
         crc = zlib.crc32(view[offset : offset + _CRC_CHUNK], crc)
+        chunk = tokens[(offset - HEADER_BYTES) // 4 : (offset - HEADER_BYTES + _CRC_CHUNK) // 4]
+        if len(chunk) and (int(chunk.min()) < 0 or int(chunk.max()) >= n_vocab):
+            tokens_in_range = False
         _release(data, offset, _CRC_CHUNK)
     if _checksum(bytes(view[: _HEADER_START.size]), crc) != checksum:
         raise _Unusable("checksum mismatch")
-    tokens = np.frombuffer(data, dtype="<i4", count=n_tokens, offset=HEADER_BYTES)
-    for first in range(0, n_tokens, _CRC_CHUNK // 4):
-        chunk = tokens[first : first + _CRC_CHUNK // 4]
-        if int(chunk.min()) < 0 or int(chunk.max()) >= n_vocab:
-            raise _Unusable(f"token ids outside [0, {n_vocab})")
-        _release(data, HEADER_BYTES + 4 * first, 4 * len(chunk))
+    if not tokens_in_range:
+        raise _Unusable(f"token ids outside [0, {n_vocab})")
     offset = HEADER_BYTES + token_bytes
     columns = np.frombuffer(data, dtype="<i8", count=_COLUMNS * n_files, offset=offset).reshape(_COLUMNS, n_files)
     offset += 8 * _COLUMNS * n_files
