@@ -24,6 +24,7 @@ from lookahead_lsp._lookup import NgramCache
 from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 from lookahead_lsp.workspace import inotify
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
+from lookahead_lsp.workspace.index_stats import IndexStats
 from lookahead_lsp.workspace.watcher import BatchReport, WatcherSettings, WorkspaceWatcher
 
 # watchdog's inotify thread registers a folder twice when folders are created in quick
@@ -96,12 +97,16 @@ class Watched:
         return cache
 
     def wait_until_current(self) -> None:
-        """Waits until the index holds exactly self.texts."""
+        """Waits until the index holds exactly self.texts. The watcher reports a batch after
+        applying it: a test that counts reports waits for them too."""
         expected = self.expected()
         wait_until(lambda: self.index.cache == expected and self.files() == len(self.texts))
 
     def files(self) -> int:
         return self.index.status().files
+
+    def rescans(self) -> list[IndexStats]:
+        return [report.rescan for report in list(self.reports) if report.rescan is not None]
 
     def total(self, field: str) -> int:
         return sum(getattr(report, field) for report in list(self.reports))
@@ -202,6 +207,7 @@ def test_ignored_paths_do_nothing(watched: Watched) -> None:
     watched.texts["sentinel.py"] = "sentinel = 1\n"
     watched.put("sentinel.py", watched.texts["sentinel.py"])
     watched.wait_until_current()
+    wait_until(lambda: watched.total("updated") >= 1)
     assert watched.total("updated") == 1
     assert watched.index.status().files == before.files + 1
 
@@ -252,7 +258,8 @@ def test_lost_events_lead_to_a_rescan(make: Callable[..., Watched]) -> None:
         "Inotify queue overflowed; filesystem events were lost"
     )
     unstarted.wait_until_current()
-    rescans = [r.rescan for r in unstarted.reports if r.rescan is not None]
+    wait_until(lambda: unstarted.rescans() != [])
+    rescans = unstarted.rescans()
     assert len(rescans) == 1 and rescans[0].tokenized == 1 and rescans[0].unchanged == 2
 
 
@@ -397,7 +404,7 @@ def test_at_the_watch_limit_the_watcher_polls(
     watched.texts["pkg/new.py"] = "polled = True\n"
     watched.put("pkg/new.py", watched.texts["pkg/new.py"])
     watched.wait_until_current()
-    assert any(report.rescan is not None for report in watched.reports)
+    wait_until(lambda: watched.rescans() != [])
 
 
 @pytest.mark.parametrize("source", SOURCES_OF_EVENTS)
@@ -414,6 +421,7 @@ def test_editor_events_apply_when_watching_failed(
     watched.watcher.notify(path, "created")
 
     watched.wait_until_current()
+    wait_until(lambda: watched.reports != [])
     assert [(report.paths, report.updated, report.rescan) for report in watched.reports] == [
         (1, 1, None)
     ]
@@ -501,7 +509,7 @@ def test_a_kernel_queue_overflow_leads_to_a_rescan(
 
     watched.texts["missed.py"] = "missed = True\n"
     watched.wait_until_current()
-    assert any(report.rescan is not None for report in watched.reports)
+    wait_until(lambda: watched.rescans() != [])
 
 
 def test_many_files_at_once(watched: Watched) -> None:
@@ -509,5 +517,6 @@ def test_many_files_at_once(watched: Watched) -> None:
         watched.texts[f"gen/m{n}.py"] = f"value_{n} = {n}\n"
         watched.put(f"gen/m{n}.py", watched.texts[f"gen/m{n}.py"])
     watched.wait_until_current()
+    wait_until(lambda: watched.total("updated") >= 200)
     assert watched.total("updated") == 200
     assert len(watched.reports) < 50  # debounced into batches
