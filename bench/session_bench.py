@@ -28,11 +28,12 @@ lookahead-lsp is started as editors start it (`serve` over stdio, relayed to the
 daemon), with `debounceMs` 0, `multiline` never and `maxTokens` --max-tokens; --idle-windows
 other windows connect to the same daemon first, each with a file open, and stay idle (the
 figures should not move); --load busy-core keeps one core busy with a spinning process for the
-whole run, both systems; --work-ahead off measures what the idle-time work saves.
+whole run, both systems; --work-ahead off measures what the idle-time work saves;
+--cold-prompt-ms off, what cutting cold prompts short saves.
 
     .venv/bin/python bench/session_bench.py --llama-server PATH [--languages python,javascript]
         [--files 4] [--keys 24] [--load none|busy-core] [--work-ahead on|off] [--idle-windows N]
-        [--json FILE]
+        [--cold-prompt-ms MS|off] [--json FILE]
 """
 
 from __future__ import annotations
@@ -294,7 +295,7 @@ async def run(args: argparse.Namespace, visits: list[Task], work: Path) -> dict[
     others: list[Daemon] = []
     try:
         settings: dict[str, object] = {"debounceMs": 0, "maxTokens": args.max_tokens, "multiline": "never"}
-        settings |= {"modelPath": str(model), "workAhead": args.work_ahead == "on"}
+        settings |= {"modelPath": str(model), "workAhead": args.work_ahead == "on", "coldPromptMs": args.cold_prompt_ms}
         # Other editor windows of the same user, open on a file of their own and idle.
         for n in range(args.idle_windows):
             other = Daemon(f"session-bench-idle-{n}", shared=True)
@@ -338,6 +339,10 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--load", choices=("none", "busy-core"), default="none")
     parser.add_argument("--work-ahead", choices=("on", "off"), default="on", help="lookahead-lsp's workAhead setting")
+    parser.add_argument(
+        "--cold-prompt-ms", type=lambda s: None if s == "off" else float(s), default=2000.0,
+        help="lookahead-lsp's coldPromptMs setting (off: prompts are never cut)",
+    )
     parser.add_argument("--idle-windows", type=int, default=0, help="other editor windows on the daemon, idle")
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--model", type=Path)

@@ -26,6 +26,7 @@ from lookahead_lsp.engine import (
     EngineSettings,
     PromptWindows,
 )
+from lookahead_lsp.engine.cold_prompt import MIN_SHORT_TOKENS
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import mid_word
 from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
@@ -167,6 +168,79 @@ def test_coming_back_after_editing_another_file_still_puts_the_state_back(engine
     edited_other = ContextChunk(other_file.path, other_file.prefix[-400:])
     back = _run(engine, dataclasses.replace(first_file, extra_context=(edited_other,)), caches, "none")
     assert back.stats.prompt_evaluated <= 4, "the saved state did not serve"
+
+
+class _CancelAfter(CancelToken):
+    """Set once it has been looked at `checks` times (the engine looks before each pass)."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self._left = checks
+
+    @property
+    def cancelled(self) -> bool:
+        self._left -= 1
+        return self._left < 0
+
+
+def _cutting(engine: Engine, **kw: object) -> DecodeOptions:
+    """Options under which a prompt is cut when what the cache lacks of it would take longer
+    than 64 tokens do here: every cold prompt, to the shortest length."""
+    engine.complete(CompletionRequest("x = 1\n" * 40, "", "timing.py"), DecodeOptions(draft="none", max_tokens=1))
+    token_ms = engine.runtime.prompt_token_ms
+    assert token_ms is not None
+    return DecodeOptions(draft="none", max_tokens=8, stop_rules=False, trace=True, cold_prompt_ms=64 * token_ms, **kw)  # type: ignore[arg-type]
+
+
+def test_a_cold_prompt_is_cut_short_until_the_whole_one_is_warm(engine: Engine) -> None:
+    request, caches = _task(engine, *TASKS[1])
+    typed = CompletionRequest(request.prefix + "  ", "", request.path)
+    cut = _cutting(engine)
+    engine.forget_kv()
+    engine.previous = None
+    whole = engine.complete(request, dataclasses.replace(cut, cold_prompt_ms=None), caches)
+    assert not whole.stats.short_prompt and whole.stats.prompt_tokens > 1000
+    engine.forget_kv()
+    cold = engine.complete(request, cut, caches)
+    assert cold.stats.short_prompt
+    assert cold.stats.prompt_tokens <= MIN_SHORT_TOKENS
+    assert cold.stats.prompt_evaluated == cold.stats.prompt_tokens - 1
+    # The short prompt's start stays put: typing after it evaluates only the typed end.
+    key = engine.complete(typed, cut, caches)
+    assert key.stats.short_prompt and key.stats.prompt_evaluated <= 4
+    # Warmed while idle, the whole prompt serves the next key, only its end evaluated.
+    warmed = engine.warm(typed, dataclasses.replace(cut, prefill_pass_ms=200.0), CancelToken())
+    assert warmed >= whole.stats.prompt_tokens - 8
+    after = engine.complete(CompletionRequest(typed.prefix + "x", "", request.path), cut, caches)
+    assert not after.stats.short_prompt
+    assert after.stats.prompt_tokens > 1000 and after.stats.prompt_evaluated <= 4
+    # With the whole prompt's state at hand, the completion is the one it gives from scratch.
+    engine.forget_kv()
+    again = engine.complete(request, cut, caches)
+    warm_again = engine.warm(request, cut, CancelToken())
+    assert again.stats.short_prompt and warm_again > 1000
+    engine.previous = None
+    served = engine.complete(request, cut, caches)
+    assert not served.stats.short_prompt and served.stats.prompt_evaluated <= 1
+    at = _first_difference(whole.tokens, served.tokens)
+    assert at is None or whole.trace[at].margin < NEAR_TIE
+
+
+def test_warming_stopped_midway_keeps_both_states(engine: Engine) -> None:
+    """A request that interrupts the warming of a whole prompt gets its short prompt back from
+    the saved states, and the warming resumes where it stopped."""
+    request, caches = _task(engine, *TASKS[3])
+    cut = _cutting(engine, prefill_chunk=64)
+    engine.forget_kv()
+    engine.complete(request, cut, caches)
+    first_part = engine.warm(request, cut, _CancelAfter(4))
+    assert first_part == 4 * 64
+    key = engine.complete(CompletionRequest(request.prefix + " ", "", request.path), cut, caches)
+    assert key.stats.short_prompt and key.stats.prompt_evaluated <= 4
+    rest = engine.warm(request, cut, CancelToken())
+    after = engine.complete(request, cut, caches)
+    assert not after.stats.short_prompt and after.stats.prompt_evaluated <= 1
+    assert first_part + rest <= after.stats.prompt_tokens, "the warming started over"
 
 
 def test_cancel_during_generation_leaves_the_next_request_correct(engine: Engine) -> None:

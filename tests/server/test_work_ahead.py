@@ -13,12 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from lookahead_lsp.engine.cold_prompt import MIN_SHORT_TOKENS
 from lookahead_lsp.service.service import Answer, LookaheadService
 from support.recording_client import RecordingClient
 
 from test_service_limits import CACHE, WAIT_S, _until
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
+# Prompts are never cut short here (coldPromptMs off) but in the tests of that: where they are,
+# which prompt a text gets depends on how fast this machine evaluates one.
+SETTINGS = {"maxTokens": 12, "debounceMs": 0, "draft": "none", "timeBudgetMs": None, "coldPromptMs": None}
 # (file, text just before the cursor): the cursor at the end of that text's first occurrence.
 SPOTS = [
     ("json/encoder.py", "    def iterencode(self, o, _one_shot=False):"),
@@ -31,7 +35,7 @@ SPOTS = [
 @pytest.fixture(scope="module")
 def service() -> Iterator[LookaheadService]:
     loaded = LookaheadService(RecordingClient(), CACHE)
-    loaded.configure({"maxTokens": 12, "debounceMs": 0, "draft": "none", "timeBudgetMs": None})
+    loaded.configure(SETTINGS)
     loaded.start_model()
     _until(lambda: loaded.status()["model_state"] != "loading")
     assert loaded.status()["model_state"] == "ready"
@@ -168,7 +172,7 @@ def test_where_the_cursor_rested_while_the_model_loaded_is_computed_once_it_is_r
     """An editor opens a file as it starts the daemon: its cursor report comes while the model
     loads, and the completion there is computed as soon as the model is ready."""
     fresh = LookaheadService(RecordingClient(), CACHE)
-    fresh.configure({"maxTokens": 12, "debounceMs": 0, "draft": "none", "timeBudgetMs": None})
+    fresh.configure(SETTINGS)
     fresh.start_model()
     try:
         uri, text, offset = _spot(*SPOTS[2])
@@ -183,10 +187,45 @@ def test_where_the_cursor_rested_while_the_model_loaded_is_computed_once_it_is_r
         fresh.shutdown()
 
 
-def test_work_ahead_off_leaves_the_model_idle(service: LookaheadService) -> None:
-    service.configure({"workAhead": False})
+def test_a_cold_prompt_is_cut_short_and_the_whole_one_evaluated_while_idle(service: LookaheadService) -> None:
+    """A file opened far from its start: the first suggestion comes from a short prompt (the
+    text just before the cursor), the whole prompt is evaluated while the model is idle, and
+    the next key is answered from it, only the typed end evaluated."""
+    _complete(service, "file:///timing.py", "x = 1\n" * 40, 240)  # a prompt pass is timed
+    token_ms = _ahead(service)["prompt_token_ms"]
+    assert token_ms is not None
+    # Cut where what the cache lacks would take longer than 64 tokens do here: every cold
+    # prompt is, to the shortest length.
+    service.configure({"coldPromptMs": 64 * token_ms})
     try:
-        uri, text, offset = _spot(*SPOTS[3])
+        uri, text, offset = _spot("pprint.py", "    def _format(self, object, stream, indent, allowance, context, level):")
+        service.open_document(uri, None, text)
+        before = _ahead(service)
+        first = _complete(service, uri, text, offset)
+        assert first.completion is not None and first.completion.stats.short_prompt
+        assert first.completion.stats.prompt_tokens <= MIN_SHORT_TOKENS
+        _until(lambda: _ahead(service)["warmed_tokens"] > before["warmed_tokens"] + 1000)
+        assert _ahead(service)["short_prompts"] > before["short_prompts"]
+        typed = text[:offset] + "#" + text[offset:]
+        service.suggestions.clear()
+        service.worker.drop_idle()
+        warm = _complete(service, uri, typed, offset + 1)
+        assert warm.completion is not None and not warm.completion.stats.short_prompt
+        assert warm.completion.stats.prompt_tokens > 1000
+        assert warm.completion.stats.prompt_evaluated <= 8
+        service.close_document(uri, None)
+    finally:
+        service.configure({"coldPromptMs": None})
+        # The work ahead this leaves is stopped before the next test counts.
+        service.worker.drop_idle()
+        service.worker.submit_chore(lambda cancel: Answer("", "model")).result(timeout=WAIT_S)
+
+
+def test_work_ahead_off_leaves_the_model_idle(service: LookaheadService) -> None:
+    service.configure({"workAhead": False, "coldPromptMs": 1})
+    try:
+        # A file no other test opens: its prompt is cold.
+        uri, text, offset = _spot("calendar.py", "    def formatmonth(self, theyear, themonth, w=0, l=0):")
         before = _ahead(service)
         shown = _complete(service, uri, text, offset)
         service.cursor_rests(uri, None, text, offset + 1, "python")
@@ -195,14 +234,17 @@ def test_work_ahead_off_leaves_the_model_idle(service: LookaheadService) -> None
         assert (after["runs"], after["stopped"]) == (before["runs"], before["stopped"])
         assert after["enabled"] is False
         assert shown.source == "model"
+        # Nothing would evaluate the whole prompt later: it is not cut.
+        assert shown.completion is not None and not shown.completion.stats.short_prompt
+        assert after["warmed_tokens"] == before["warmed_tokens"]
     finally:
-        service.configure({"workAhead": True})
+        service.configure({"workAhead": True, "coldPromptMs": None})
 
 
 def test_without_cursor_reports_the_end_of_the_last_edit_is_computed_once_edits_pause() -> None:
     """A fresh session (as Neovim's or Emacs's, which send no lookahead/cursor)."""
     service = LookaheadService(RecordingClient(), CACHE)
-    service.configure({"maxTokens": 12, "debounceMs": 0, "draft": "none", "timeBudgetMs": None})
+    service.configure(SETTINGS)
     service.start_model()
     try:
         _until(lambda: service.status()["model_state"] == "ready")

@@ -15,6 +15,7 @@ import llama_cpp
 
 from lookahead_lsp.base.cache_files import default_cache_dir
 from lookahead_lsp.engine import calibration, cost_model
+from lookahead_lsp.engine.cold_prompt import ShortLength
 from lookahead_lsp.engine.completion import CompletionRun, RunInputs
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
@@ -23,12 +24,15 @@ from lookahead_lsp.engine.options import CancelToken, DecodeOptions, DraftCaches
 from lookahead_lsp.engine.policy import AutoPolicy
 from lookahead_lsp.engine.prompt import CompletionRequest, ContextChunk, FimTokens, Prompt, PromptBuilder
 from lookahead_lsp.engine.results import Completion
-from lookahead_lsp.engine.runtime import ModelRuntime, RuntimeSettings
+from lookahead_lsp.engine.runtime import Cancelled, ModelRuntime, RuntimeSettings
 from lookahead_lsp.engine.stages import INDEXING_VOCABULARY
 from lookahead_lsp.engine.threads import ThreadChooser
 
 # The calibration is saved after a completion at most this often (and when the engine closes).
 _SAVE_EVERY_S = 60.0
+# Saved KV states are labelled by document; a document's short prompt (cold_prompt.py) has its
+# own, so that the short state and the full one being warmed do not replace each other.
+_SHORT_OWNER = "{} (short prompt)"
 
 
 class Engine:
@@ -56,6 +60,7 @@ class Engine:
         # and the extra context that prompt was built with.
         self._kv_owner: str | None = None
         self._kv_context: tuple[ContextChunk, ...] = ()
+        self._short = ShortLength()
         self.threads = ThreadChooser(settings.n_threads, self.runtime.settings.threads)
         self._cache_dir = settings.cache_dir or default_cache_dir()
         self._model_identity = calibration.model_identity(settings.model_path)
@@ -165,19 +170,22 @@ class Engine:
             policy.begin()
         start = time.perf_counter()
         request, prompt = self._prompt_that_reuses(request, options)
+        short = self._short_prompt(request, prompt, options)
+        if short is not None:
+            prompt = short
         heal_ids = None
         if prompt.healed_token is not None:
             healed = self.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
             heal_ids = self.token_prefixes().starting_with(healed)
         rest = self.previous_continuation(request.prefix)
-        self.snapshots.prepare(self.runtime, prompt.tokens, self._kv_owner, self._kv_context)
-        self._kv_owner, self._kv_context = request.path or None, request.extra_context
+        self._take_kv(prompt, request, short is not None)
         threads = self.threads.choose()
         self.runtime.set_threads(threads)
         inputs = RunInputs(self.runtime, self.tokenizer, prompt, heal_ids, rest, policy)
         run = CompletionRun(inputs, request, options, caches, cancel or CancelToken(), start)
         result = run.execute()
         result.stats.threads = threads
+        result.stats.short_prompt = short is not None
         self.previous = (request.prefix, run.generated_text())
         self._save_now_and_then()
         return result
@@ -199,14 +207,66 @@ class Engine:
             return again, other
         return request, prompt
 
-    def build_prompt(self, request: CompletionRequest, options: DecodeOptions) -> Prompt:
-        """The prompt complete() evaluates for this request (healed where it ends mid-word)."""
-        max_prompt = self.runtime.n_ctx - options.max_tokens - step_room(options)
-        if max_prompt < 16:
+    def _short_prompt(self, request: CompletionRequest, prompt: Prompt, options: DecodeOptions) -> Prompt | None:
+        """The short prompt to evaluate instead of `prompt` where that one is cold: where what
+        the cache lacks of it would take longer than options.cold_prompt_ms, and the short one
+        lacks less (cold_prompt.py)."""
+        token_ms = self._prompt_token_ms()
+        if options.cold_prompt_ms is None or token_ms is None:
+            return None
+        reach = self.snapshots.reach
+        missing = len(prompt.tokens) - reach(self.runtime, prompt.tokens)
+        if missing * token_ms <= options.cold_prompt_ms:
+            return None
+        length = self._short.tokens(options.cold_prompt_ms, token_ms)
+        if length >= len(prompt.tokens):
+            return None
+        short = self.build_prompt(request, options, length)
+        return short if len(short.tokens) - reach(self.runtime, short.tokens) < missing else None
+
+    def _prompt_token_ms(self) -> float | None:
+        """What evaluating a prompt token costs: as the last prompt passes took; before any,
+        a verified position of the widest pass measured (more: it pays the output layer)."""
+        if self.runtime.prompt_token_ms is not None:
+            return self.runtime.prompt_token_ms
+        if self._policy is None:
+            return None
+        curve = self._policy.cost.curve
+        return curve.ms[-1] / curve.sizes[-1]
+
+    def warm(self, request: CompletionRequest, options: DecodeOptions, cancel: CancelToken) -> int:
+        """Evaluates the prompt complete() gives `request` once its state is at hand, never a
+        short one (cold_prompt.py), in passes sized by options.prefill_pass_ms, stopping between
+        passes once `cancel` is set; what was evaluated stays and serves the next completions.
+        Returns how many of its tokens were evaluated."""
+        request, prompt = self._prompt_that_reuses(request, options)
+        self._take_kv(prompt, request, short=False)
+        self.runtime.set_threads(self.threads.choose())
+        tokens = prompt.tokens
+        start = self.runtime.common_prefix(tokens)
+        try:
+            self.runtime.prefill(tokens, options.prefill_chunk, lambda: cancel.cancelled, options.prefill_pass_ms)
+        except Cancelled:
+            pass
+        return len(self.runtime.kv_tokens) - start
+
+    def _take_kv(self, prompt: Prompt, request: CompletionRequest, short: bool) -> None:
+        """Before `prompt` is evaluated: the state it replaces is saved, or a saved one that
+        serves it better is put back (kv_snapshots.py), and the cache is labelled as its."""
+        self.snapshots.prepare(self.runtime, prompt.tokens, self._kv_owner, self._kv_context)
+        owner = request.path or None
+        self._kv_owner = _SHORT_OWNER.format(owner) if short and owner else owner
+        self._kv_context = request.extra_context
+
+    def build_prompt(self, request: CompletionRequest, options: DecodeOptions, max_prompt: int | None = None) -> Prompt:
+        """The prompt complete() evaluates for this request (healed where it ends mid-word),
+        within max_prompt tokens if given."""
+        room = self.runtime.n_ctx - options.max_tokens - step_room(options)
+        if room < 16:
             n_ctx = self.runtime.n_ctx
             raise ValueError(f"max_tokens {options.max_tokens} leaves no room for a prompt in n_ctx {n_ctx}")
         heal = options.heal and mid_word(request.prefix, request.suffix)
-        return self.prompts.build(request, options.windows, max_prompt, heal)
+        return self.prompts.build(request, options.windows, room if max_prompt is None else min(room, max_prompt), heal)
 
     def previous_continuation(self, prefix: str) -> str:
         """What the last completion predicted after `prefix`, when the user typed the beginning

@@ -80,6 +80,9 @@ class DecodeOptions:
     # waits that long at most however busy the machine is, and larger passes (cheaper per
     # token) run while it is idle.
     prefill_pass_ms: float | None = None
+    # Set: a prompt whose evaluation would take longer than this is cut short, for Engine.warm
+    # to evaluate whole later (cold_prompt.py).
+    cold_prompt_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.draft not in _MODES:
@@ -88,6 +91,8 @@ class DecodeOptions:
             raise ValueError("max_tokens must be >= 1")
         if self.multiline not in MULTILINE_MODES:
             raise ValueError(f"multiline must be one of {', '.join(MULTILINE_MODES)}, not {self.multiline!r}")
+        if self.cold_prompt_ms is not None and not self.cold_prompt_ms > 0:
+            raise ValueError("cold_prompt_ms must be > 0")
         if not 0 <= self.lookup_branches <= 16 or self.lookup_draft < 0:
             raise ValueError("lookup_branches must be in [0, 16] and lookup_draft >= 0")
 

@@ -22,6 +22,7 @@ class CompletionStats:
     ms_model: float = 0.0
     ms_total: float = 0.0
     threads: int = 0  # the model's threads for this completion (threads.py)
+    short_prompt: bool = False  # its prompt was cold and cut short (cold_prompt.py)
 
     @property
     def tokens_per_pass(self) -> float:
@@ -49,6 +50,7 @@ class CompletionStats:
             "ms_total": round(self.ms_total, 2),
             "tokens_per_s": round(self.tokens_per_s, 2),
             "threads": self.threads,
+            "short_prompt": self.short_prompt,
         }
 
 

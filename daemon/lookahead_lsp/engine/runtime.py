@@ -42,6 +42,10 @@ _GGML_DEVICE_GPU, _GGML_DEVICE_IGPU = 1, 2
 # yet; small, so that a request arriving at once waits little), and the step chunks are rounded
 # down to (a cost per token that varies by a few tokens would change the size at every pass).
 _FIRST_TIMED_CHUNK = 32
+# What a prompt token costs is learnt from prompt passes of at least this many tokens (a smaller
+# one is mostly the pass's fixed cost), each moving the estimate this far towards its own.
+_COSTED_PASS = 32
+_COST_WEIGHT = 0.3
 _TIMED_CHUNK_STEP = 16
 
 
@@ -153,6 +157,8 @@ class ModelRuntime:
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.batch = Batch(settings.n_batch, settings.n_seq_max + 1)
         self.kv_tokens: list[int] = []
+        # What evaluating a prompt token costs now, in ms (None until a prompt pass was timed).
+        self.prompt_token_ms: float | None = None
         # Passes whose every choice came from the backend samplers (what tests check).
         self.backend_passes = 0
 
@@ -284,8 +290,11 @@ class ModelRuntime:
             self._decode()
             self.kv_tokens.extend(piece)
             begin += len(piece)
+            per_token_ms = max(1e-6, (time.perf_counter() - began) * 1000 / len(piece))
+            if len(piece) >= _COSTED_PASS:
+                known = self.prompt_token_ms
+                self.prompt_token_ms = per_token_ms if known is None else known + _COST_WEIGHT * (per_token_ms - known)
             if pass_ms is not None:
-                per_token_ms = max(1e-6, (time.perf_counter() - began) * 1000 / len(piece))
                 fits = int(pass_ms / per_token_ms) // _TIMED_CHUNK_STEP * _TIMED_CHUNK_STEP
                 size = max(min(_TIMED_CHUNK_STEP, chunk), min(chunk, fits))
         return len(tokens) - start

@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -377,8 +378,21 @@ class LookaheadService:
         if shown:
             self._work_ahead(uri, path, prefix + shown, suffix)
 
-    def _job(self, uri: str, path: Path | None, prefix: str, suffix: str, ahead: bool) -> Callable[[CancelToken], Answer]:
-        """The model's work for one completion, under the settings of now."""
+    def _queue_warm(self, uri: str, path: Path | None, prefix: str, suffix: str) -> None:
+        """A completion there was given a short prompt (cold_prompt.py): the whole one is
+        evaluated when the model is idle, for the next requests there to use."""
+        model = self._model
+        if model is None or not self.settings.work_ahead:
+            return
+        job = self._job(uri, path, prefix, suffix, ahead=True, warm=True)
+        key = self._session + uri
+        model.worker.submit_idle(key, ("warm", answer_key(key, prefix, suffix)), job)
+
+    def _job(
+        self, uri: str, path: Path | None, prefix: str, suffix: str, ahead: bool, warm: bool = False
+    ) -> Callable[[CancelToken], Answer]:
+        """The model's work for one completion (warm: for the evaluation of its whole prompt
+        alone), under the settings of now."""
         settings = self.settings
         # The other documents as they are now; their lines are cut out on the worker.
         recent = self.documents.others(uri)
@@ -388,6 +402,8 @@ class LookaheadService:
             max_tokens=settings.max_tokens,
             time_budget_ms=settings.time_budget_ms,
             windows=PromptWindows(settings.prefix_tokens, settings.suffix_tokens, settings.extra_context_tokens),
+            # Without work ahead nothing would evaluate a cut prompt's whole one later.
+            cold_prompt_ms=settings.cold_prompt_ms if settings.work_ahead else None,
         )
         if ahead:
             # The model's own continuation, uncut: each request it answers cuts it for itself.
@@ -398,6 +414,8 @@ class LookaheadService:
             # once it is loaded.
             place = self._place(uri, path)
             request = CompletionRequest(prefix, suffix, place.name, recent_chunks(recent, self._name), place.repository)
+            if warm:
+                return self._warm(request, options, cancel)
             return self._run(uri, path, place, request, options, cancel, ahead)
 
         return run
@@ -431,13 +449,29 @@ class LookaheadService:
             return Answer("", "model", result)
         ended = result.stop_reason == "end-of-generation"
         self.suggestions.store(uri, request.prefix, request.suffix, result.text, ahead, ended)
+        continued = False
         if not ahead:
             self._served(result, result.text)
             if result.text:
                 # What the user sees may be accepted next: its continuation is decoded while
                 # they read it.
                 self._work_ahead(uri, path, request.prefix + result.text, request.suffix)
+                continued = True
+        if result.stats.short_prompt:
+            self.ahead.short_prompts += 1
+            if not continued:  # else the continuation's own short prompt queues it
+                self._queue_warm(uri, path, request.prefix, request.suffix)
         return Answer(result.text, "model", result)
+
+    def _warm(self, request: CompletionRequest, options: DecodeOptions, cancel: CancelToken) -> Answer:
+        model = self._model
+        engine = model.engine if model is not None and model.ready.is_set() else None
+        if engine is None or cancel.cancelled:
+            return Answer("", "model")
+        began = time.perf_counter()
+        tokens = engine.warm(request, options, cancel)
+        self.ahead.warmed(tokens, (time.perf_counter() - began) * 1000)
+        return Answer("", "model")
 
     def _served(self, result: Completion, shown: str) -> None:
         """A request was answered by the model with `shown` (result's text, or what was cut

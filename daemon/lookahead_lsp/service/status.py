@@ -29,6 +29,8 @@ class AheadCounters:
     served: int = 0  # answers cut from their continuations, from the cache
     adopted: int = 0  # requests that found their answer being computed ahead and waited for it
     ms_model: float = 0.0  # model time spent ahead of requests
+    short_prompts: int = 0  # completions, ahead or not, whose cold prompt was cut short
+    warmed_tokens: int = 0  # tokens of whole prompts evaluated after a short one served
 
     def record(self, result: Completion) -> None:
         self.ms_model += result.stats.ms_total
@@ -36,6 +38,14 @@ class AheadCounters:
             self.stopped += 1
         else:
             self.runs += 1
+
+    def warmed(self, tokens: int, ms: float) -> None:
+        self.warmed_tokens += tokens
+        self.ms_model += ms
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def ahead_status(a: AheadCounters, enabled: bool, engine: Engine | None, preempted: int) -> dict[str, Any]:
@@ -49,6 +59,11 @@ def ahead_status(a: AheadCounters, enabled: bool, engine: Engine | None, preempt
         "served": a.served,
         "adopted": a.adopted,
         "ms_model": round(a.ms_model, 1),
+        # Cold prompts cut short (cold_prompt.py), and the whole ones evaluated since.
+        "short_prompts": a.short_prompts,
+        "warmed_tokens": a.warmed_tokens,
+        # What a prompt token costs on this machine now, which decides where prompts are cut.
+        "prompt_token_ms": _rounded(engine.runtime.prompt_token_ms) if engine is not None else None,
         # KV states of recently used documents, and what putting them back spared.
         "kv_states": len(snapshots) if snapshots else 0,
         "kv_states_mib": round(snapshots.nbytes / 2**20, 1) if snapshots else 0.0,
