@@ -373,10 +373,12 @@ def test_a_partly_typed_word_is_finished(engine: Engine, prefix: str, suffix: st
 
 def test_token_prefixes_find_every_token_starting_with_a_text(engine: Engine) -> None:
     tokenizer = engine.tokenizer
-    pieces = [tokenizer.piece(token).decode("utf-8", "replace") for token in range(tokenizer.n_vocab)]
-    for text in ("de", " sel", "getc", "_", "    de"):
+    pieces = [tokenizer.piece(token) for token in range(tokenizer.n_vocab)]
+    # Words, indentation, a character's first byte, and the highest byte values.
+    for text in (b"de", b" sel", b"getc", b"_", b"    de", "é".encode()[:1], b"\xfe", b"\xff"):
         expected = sorted(t for t, piece in enumerate(pieces) if piece and piece.startswith(text))
         assert sorted(engine.token_prefixes().starting_with(text).tolist()) == expected
+    assert len(engine.token_prefixes().starting_with(b"")) == sum(1 for piece in pieces if piece)
     assert mid_word("x = fo", "") and mid_word("x = fo", ")") and mid_word("a_1", " ")
     assert not mid_word("x = fo", "o") and not mid_word("x = ", "") and not mid_word("", "")
 

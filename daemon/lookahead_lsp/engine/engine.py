@@ -175,8 +175,7 @@ class Engine:
             prompt = short
         heal_ids = None
         if prompt.healed_token is not None:
-            healed = self.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
-            heal_ids = self.token_prefixes().starting_with(healed)
+            heal_ids = self.token_prefixes().starting_with(self.tokenizer.piece(prompt.healed_token))
         rest = self.previous_continuation(request.prefix)
         self._take_kv(prompt, request, short is not None)
         threads = self.threads.choose()

@@ -13,10 +13,6 @@ import numpy.typing as npt
 
 from lookahead_lsp.base.tokenizer import Tokenizer
 
-# The highest code point: every string starting with `s` sorts between s and s + _LAST.
-_LAST = "\U0010ffff"
-
-
 def mid_word(prefix: str, suffix: str) -> bool:
     """Whether the cursor ends a word being typed: a word character before it, none after."""
     return bool(prefix) and _is_word(prefix[-1]) and not (suffix and _is_word(suffix[0]))
@@ -27,20 +23,27 @@ def _is_word(char: str) -> bool:
 
 
 class TokenPrefixes:
-    """The vocabulary's token texts, sorted, to find every token that starts with a text."""
+    """The vocabulary's token texts (UTF-8 bytes), sorted, to find every token whose text
+    starts with given bytes. Bytes, not strings: they sort in code point order all the same,
+    need no decoding, and a token that is part of a character matches as its bytes do."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         buffer = ctypes.create_string_buffer(256)
-        pairs: list[tuple[str, int]] = []
-        for token in range(tokenizer.n_vocab):
-            piece = tokenizer.piece(token, buffer)
-            if piece:  # control tokens render as nothing and never qualify
-                pairs.append((piece.decode("utf-8", "replace"), token))
-        pairs.sort()
-        self._texts = [text for text, _ in pairs]
-        self._ids = np.array([token for _, token in pairs], dtype=np.int32)
+        pieces = [tokenizer.piece(token, buffer) for token in range(tokenizer.n_vocab)]
+        # Control tokens render as nothing and never qualify.
+        order = sorted((token for token, piece in enumerate(pieces) if piece), key=pieces.__getitem__)
+        self._texts = [pieces[token] for token in order]
+        self._ids = np.array(order, dtype=np.int32)
 
-    def starting_with(self, text: str) -> npt.NDArray[np.int32]:
+    def starting_with(self, text: bytes) -> npt.NDArray[np.int32]:
         lo = bisect.bisect_left(self._texts, text)
-        hi = bisect.bisect_left(self._texts, text + _LAST, lo)
+        after = _after_all_starting_with(text)
+        hi = len(self._texts) if after is None else bisect.bisect_left(self._texts, after, lo)
         return self._ids[lo:hi]
+
+
+def _after_all_starting_with(text: bytes) -> bytes | None:
+    """The least bytes greater than every bytes that starts with `text` (None: there are
+    none, `text` being empty or all 0xff)."""
+    stem = text.rstrip(b"\xff")
+    return stem[:-1] + bytes([stem[-1] + 1]) if stem else None
