@@ -285,6 +285,8 @@ def report(session: Session, languages: list[str]) -> dict[str, object]:
         per_kind["every_request"] = _stats([x.ms for x in picked if x.kind != "first"])
         per_kind["from_cache"] = sum(x.source == "cache" for x in picked)
         out[scope] = per_kind
+    # Every request in order (kind, ms, source, language): where a percentile comes from.
+    out["requests"] = [[x.kind, round(x.ms, 1), x.source, x.language] for x in session.latencies]
     return out
 
 

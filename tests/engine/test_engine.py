@@ -226,6 +226,24 @@ def test_a_cold_prompt_is_cut_short_until_the_whole_one_is_warm(engine: Engine) 
     assert at is None or whole.trace[at].margin < NEAR_TIE
 
 
+def test_a_short_prompt_leaves_the_other_files_out(engine: Engine) -> None:
+    """Their share would be what the text before the cursor leaves: it would change at every
+    key, and every key would evaluate the prompt again from there."""
+    request, caches = _task(engine, *TASKS[2])
+    other = ContextChunk("other.py", "def helper(value):\n    return value * 2\n" * 20)
+    request = dataclasses.replace(request, extra_context=(other,))
+    cut = _cutting(engine)
+    engine.forget_kv()
+    cold = engine.complete(request, cut, caches)
+    assert cold.stats.short_prompt
+    alone = dataclasses.replace(cut, windows=PromptWindows(extra_tokens=0))
+    prompt = engine.build_prompt(request, alone, MIN_SHORT_TOKENS)  # the shortest, as _cutting makes it
+    assert cold.stats.prompt_tokens == len(prompt.tokens)
+    for typed in ("  ", "  i", "  if"):
+        key = engine.complete(dataclasses.replace(request, prefix=request.prefix + typed), cut, caches)
+        assert key.stats.short_prompt and key.stats.prompt_evaluated <= 4
+
+
 def test_warming_stopped_midway_keeps_both_states(engine: Engine) -> None:
     """A request that interrupts the warming of a whole prompt gets its short prompt back from
     the saved states, and the warming resumes where it stopped."""

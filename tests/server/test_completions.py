@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import pytest
 
@@ -252,13 +253,38 @@ def test_a_request_stops_running_idle_work_and_drops_waiting_idle_work() -> None
     try:
         running = worker.submit_idle("doc", "a", _until_cancelled(started, "stopped"))
         assert started.wait(5)
-        waiting = worker.submit_idle("other", "b", _answer("never"))
         request = worker.submit("other", _answer("now"), debounce=False)
         assert request.result(timeout=5) == "now"
         assert running.result(timeout=5) is None  # cancelled: its result is not an answer
+        waiting = worker.submit_idle("other", "b", _answer("never"), delay_s=5.0)
+        assert worker.submit("other", _answer("again"), debounce=False).result(timeout=5) == "again"
         assert waiting.result(timeout=5) is None
         assert worker.idle_preempted == 2
         assert worker.superseded == 0, "idle work given up is not a request superseded"
+    finally:
+        worker.stop()
+
+
+def test_newer_idle_work_stops_the_idle_work_running_unless_that_queues_it() -> None:
+    """The user moved on (a cursor report in another file): the idle time goes to the newer
+    work. Idle work that queues more idle work as it ends (the warming of a prompt after work
+    done ahead) is not stopped by it."""
+    started = threading.Event()
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        running = worker.submit_idle("doc", "a", _until_cancelled(started, "stopped"))
+        assert started.wait(5)
+        newer = worker.submit_idle("other", "b", _answer("newer"))
+        assert running.result(timeout=5) is None
+        assert newer.result(timeout=5) == "newer"
+        followed: list[Future[str | None]] = []
+
+        def queues_more(cancel: CancelToken) -> str:
+            followed.append(worker.submit_idle("doc", "d", _answer("followed")))
+            return "stopped" if cancel.cancelled else "done"
+
+        assert worker.submit_idle("doc", "c", queues_more).result(timeout=5) == "done"
+        assert followed[0].result(timeout=5) == "followed"
     finally:
         worker.stop()
 

@@ -15,7 +15,7 @@ import llama_cpp
 
 from lookahead_lsp.base.cache_files import default_cache_dir
 from lookahead_lsp.engine import calibration, cost_model
-from lookahead_lsp.engine.cold_prompt import ShortLength
+from lookahead_lsp.engine.cold_prompt import WHOLE_OVER_SHORT, ShortLengths
 from lookahead_lsp.engine.completion import CompletionRun, RunInputs
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
@@ -30,9 +30,6 @@ from lookahead_lsp.engine.threads import ThreadChooser
 
 # The calibration is saved after a completion at most this often (and when the engine closes).
 _SAVE_EVERY_S = 60.0
-# Saved KV states are labelled by document; a document's short prompt (cold_prompt.py) has its
-# own, so that the short state and the full one being warmed do not replace each other.
-_SHORT_OWNER = "{} (short prompt)"
 
 
 class Engine:
@@ -60,7 +57,7 @@ class Engine:
         # and the extra context that prompt was built with.
         self._kv_owner: str | None = None
         self._kv_context: tuple[ContextChunk, ...] = ()
-        self._short = ShortLength()
+        self._short = ShortLengths()
         self.threads = ThreadChooser(settings.n_threads, self.runtime.settings.threads)
         self._cache_dir = settings.cache_dir or default_cache_dir()
         self._model_identity = calibration.model_identity(settings.model_path)
@@ -172,12 +169,13 @@ class Engine:
         request, prompt = self._prompt_that_reuses(request, options)
         short = self._short_prompt(request, prompt, options)
         if short is not None:
-            prompt = short
+            prompt, length = short
+            self._short.used(request.path, length)
         heal_ids = None
         if prompt.healed_token is not None:
             heal_ids = self.token_prefixes().starting_with(self.tokenizer.piece(prompt.healed_token))
         rest = self.previous_continuation(request.prefix)
-        self._take_kv(prompt, request, short is not None)
+        self._take_kv(prompt, request)
         threads = self.threads.choose()
         self.runtime.set_threads(threads)
         inputs = RunInputs(self.runtime, self.tokenizer, prompt, heal_ids, rest, policy)
@@ -206,22 +204,37 @@ class Engine:
             return again, other
         return request, prompt
 
-    def _short_prompt(self, request: CompletionRequest, prompt: Prompt, options: DecodeOptions) -> Prompt | None:
-        """The short prompt to evaluate instead of `prompt` where that one is cold: where what
-        the cache lacks of it would take longer than options.cold_prompt_ms, and the short one
-        lacks less (cold_prompt.py)."""
+    def _short_prompt(
+        self, request: CompletionRequest, prompt: Prompt, options: DecodeOptions
+    ) -> tuple[Prompt, int] | None:
+        """The short prompt to evaluate instead of `prompt`, and its length, or None for
+        `prompt` itself (cold_prompt.py): `prompt` serves where the cache lacks at most
+        WHOLE_OVER_SHORT tokens more of it than of the best short prompt, or where no short
+        prompt's state is at hand and what it lacks is evaluated within options.cold_prompt_ms."""
         token_ms = self._prompt_token_ms()
         if options.cold_prompt_ms is None or token_ms is None:
             return None
         reach = self.snapshots.reach
         missing = len(prompt.tokens) - reach(self.runtime, prompt.tokens)
-        if missing * token_ms <= options.cold_prompt_ms:
+        if missing <= WHOLE_OVER_SHORT:
             return None
-        length = self._short.tokens(options.cold_prompt_ms, token_ms)
-        if length >= len(prompt.tokens):
+        # Without the other files' context: cut to what the text before the cursor leaves, its
+        # length, and with it the start of that text, would change at every key.
+        alone = dataclasses.replace(options, windows=dataclasses.replace(options.windows, extra_tokens=0))
+        best: tuple[Prompt, int, int] | None = None
+        for length in self._short.candidates(request.path, options.cold_prompt_ms, token_ms):
+            if length < len(prompt.tokens):
+                short = self.build_prompt(request, alone, length)
+                lacks = len(short.tokens) - reach(self.runtime, short.tokens)
+                if best is None or lacks < best[2]:
+                    best = (short, length, lacks)
+        if best is None or missing <= best[2] + WHOLE_OVER_SHORT:
             return None
-        short = self.build_prompt(request, options, length)
-        return short if len(short.tokens) - reach(self.runtime, short.tokens) < missing else None
+        short, length, lacks = best
+        at_hand = lacks + WHOLE_OVER_SHORT < len(short.tokens)
+        if not at_hand and missing * token_ms <= options.cold_prompt_ms:
+            return None
+        return short, length
 
     def _prompt_token_ms(self) -> float | None:
         """What evaluating a prompt token costs: as the last prompt passes took; before any,
@@ -239,7 +252,7 @@ class Engine:
         passes once `cancel` is set; what was evaluated stays and serves the next completions.
         Returns how many of its tokens were evaluated."""
         request, prompt = self._prompt_that_reuses(request, options)
-        self._take_kv(prompt, request, short=False)
+        self._take_kv(prompt, request)
         self.runtime.set_threads(self.threads.choose())
         tokens = prompt.tokens
         start = self.runtime.common_prefix(tokens)
@@ -249,13 +262,11 @@ class Engine:
             pass
         return len(self.runtime.kv_tokens) - start
 
-    def _take_kv(self, prompt: Prompt, request: CompletionRequest, short: bool) -> None:
-        """Before `prompt` is evaluated: the state it replaces is saved, or a saved one that
-        serves it better is put back (kv_snapshots.py), and the cache is labelled as its."""
+    def _take_kv(self, prompt: Prompt, request: CompletionRequest) -> None:
+        """Before `prompt` is evaluated: the state it replaces is saved, and a saved one that
+        serves it better is put back (kv_snapshots.py); the cache is labelled as its."""
         self.snapshots.prepare(self.runtime, prompt.tokens, self._kv_owner, self._kv_context)
-        owner = request.path or None
-        self._kv_owner = _SHORT_OWNER.format(owner) if short and owner else owner
-        self._kv_context = request.extra_context
+        self._kv_owner, self._kv_context = request.path or None, request.extra_context
 
     def build_prompt(self, request: CompletionRequest, options: DecodeOptions, max_prompt: int | None = None) -> Prompt:
         """The prompt complete() evaluates for this request (healed where it ends mid-word),

@@ -3,9 +3,15 @@ costs a copy (milliseconds) instead of its prompt's evaluation (seconds on a CPU
 
 There is one KV cache and it holds one document's prompt at a time. When a request needs a
 prompt the cache does not hold, the state it is about to lose is saved first, under the
-document it belongs to; a request whose prompt a saved state shares more of than the cache
-does gets that state put back before its prompt is evaluated. Which state serves is decided by
-the tokens alone, so a wrong label costs at most a useless copy, never a wrong completion.
+document it belongs to and the start of its prompt; a request whose prompt a saved state shares
+more of than the cache does gets that state put back before its prompt is evaluated. Which
+state serves is decided by the tokens alone, so a wrong label costs at most a useless copy,
+never a wrong completion.
+
+One document can have states of prompts that start at different points (a short prompt and the
+whole one, cold_prompt.py; the prompt of work done ahead past a suggestion, whose window moved,
+and the user's own): each is kept under its start, so that saving one never drops another.
+Under one start the newer state replaces the older, unless it holds only a beginning of it.
 
 A prompt starts with context from other recently edited files, and switching files changes
 which those are: coming back to a file, its prompt would differ from its saved state from the
@@ -25,6 +31,11 @@ Context = tuple[ContextChunk, ...]
 
 # Saving or restoring costs milliseconds: only a difference of this many tokens pays for it.
 MIN_GAIN_TOKENS = 64
+# A state's start: this many of its first tokens.
+_START_TOKENS = 32
+
+# A saved state's key: its document and a digest of its start.
+Key = tuple[str, int]
 
 
 @dataclass
@@ -35,11 +46,13 @@ class SnapshotStats:
 
 
 class KvSnapshots:
-    """Saved KV states by document, least recently used first out, within `budget_bytes`."""
+    """Saved KV states by document and start, least recently used first out, within
+    `budget_bytes`."""
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget_bytes = budget_bytes
-        self._states: OrderedDict[str, KvState] = OrderedDict()
+        self._states: OrderedDict[Key, KvState] = OrderedDict()
+        # The extra context each document's last saved state was built with.
         self._contexts: dict[str, Context] = {}
         self.stats = SnapshotStats()
 
@@ -51,8 +64,9 @@ class KvSnapshots:
         return len(self._states)
 
     def context_of(self, owner: str) -> Context | None:
-        """The extra context the saved state of `owner` was built with, if one is saved."""
-        return self._contexts.get(owner) if owner in self._states else None
+        """The extra context the last saved state of `owner` was built with, if one is kept."""
+        kept = any(key[0] == owner for key in self._states)
+        return self._contexts.get(owner) if kept else None
 
     def reach(self, runtime: ModelRuntime, tokens: Sequence[int]) -> int:
         """How many leading tokens of `tokens` the cache or a saved state holds."""
@@ -68,10 +82,10 @@ class KvSnapshots:
             return
         if owner is not None and len(runtime.kv_tokens) - have >= MIN_GAIN_TOKENS and self.budget_bytes > 0:
             self._put(owner, runtime.save_state(), context)
-        best_owner, best = self._best(tokens)
-        if best_owner is not None and best - have >= MIN_GAIN_TOKENS:
-            runtime.load_state(self._states[best_owner])
-            self._states.move_to_end(best_owner)
+        best_key, best = self._best(tokens)
+        if best_key is not None and best - have >= MIN_GAIN_TOKENS:
+            runtime.load_state(self._states[best_key])
+            self._states.move_to_end(best_key)
             self.stats.restored += 1
             self.stats.tokens_restored += best - have
 
@@ -79,25 +93,31 @@ class KvSnapshots:
         self._states.clear()
         self._contexts.clear()
 
-    def _best(self, tokens: Sequence[int]) -> tuple[str | None, int]:
-        best_owner, best = None, 0
-        for owner, state in self._states.items():
+    def _best(self, tokens: Sequence[int]) -> tuple[Key | None, int]:
+        best_key, best = None, 0
+        for key, state in self._states.items():
             n = _common_prefix(state.tokens, tokens)
             if n > best:
-                best_owner, best = owner, n
-        return best_owner, best
+                best_key, best = key, n
+        return best_key, best
 
     def _put(self, owner: str, state: KvState, context: Context) -> None:
-        self._states.pop(owner, None)
-        self._contexts.pop(owner, None)
+        key = (owner, hash(tuple(state.tokens[:_START_TOKENS])))
+        kept = self._states.get(key)
+        if kept is not None and _common_prefix(kept.tokens, state.tokens) == len(state.tokens):
+            self._states.move_to_end(key)  # the saved one holds all of this one, and more
+            return
+        self._states.pop(key, None)
         if state.nbytes > self.budget_bytes:
             return
-        self._states[owner] = state
+        self._states[key] = state
         self._contexts[owner] = context
         self.stats.saved += 1
         while self.nbytes > self.budget_bytes:
-            gone, _ = self._states.popitem(last=False)
-            self._contexts.pop(gone, None)
+            self._states.popitem(last=False)
+        owners = {key[0] for key in self._states}
+        for gone in [owner for owner in self._contexts if owner not in owners]:
+            del self._contexts[gone]
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -47,8 +47,8 @@ class CompletionWorker(Generic[T]):
     while running: its CancelToken is set and its own result, if any, is dropped). At most
     `max_queued` jobs wait: a new one beyond that drops the oldest waiting one (to None).
 
-    One idle job may wait besides (a newer one replaces it). It starts only when no other job
-    waits, and a job submitted while it waits or runs drops it (cancelled while running: the
+    One idle job may wait besides (a newer one replaces it, and stops one running). It starts
+    only when no other job waits, and a job submitted while it waits or runs drops it (cancelled while running: the
     engine stops within one model pass), unless that job asks for the very answer the idle job
     computes (`adopt`)."""
 
@@ -84,7 +84,9 @@ class CompletionWorker(Generic[T]):
         self, key: str, answer: Hashable, run: Callable[[CancelToken], T], delay_s: float = 0.0
     ) -> Future[T | None]:
         """Queues run(cancel), the computation of `answer`, for when no other job waits, not
-        before delay_s from now."""
+        before delay_s from now. It replaces the idle job waiting and stops the one running
+        (what the user did since decides what idle time is for), unless that one is queueing
+        it."""
         job = _Job(key, run, CancelToken(), Future(), time.monotonic() + delay_s, idle_for=answer)
         with self._lock:
             for same in (self._running, self._idle):
@@ -95,6 +97,10 @@ class CompletionWorker(Generic[T]):
                 return job.future
             if self._idle is not None:
                 resolve(self._idle.future, None)
+            running = self._running
+            on_worker = threading.current_thread() is self._thread
+            if running is not None and running.idle_for is not None and not on_worker:
+                running.cancel.cancel()
             self._idle = job
             self._lock.notify_all()
         return job.future

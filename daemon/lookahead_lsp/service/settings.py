@@ -153,7 +153,7 @@ class Settings:
         "Use the time the model would sit idle: decode past a shown suggestion and evaluate the prompt where the cursor rests, so that accepting, or typing where you rest, is answered at once. Any request interrupts this work within one model pass. Off: the model runs only for requests (saves battery).",
     )
     cold_prompt_ms: float | None = _setting(
-        2000.0,
+        1500.0,
         "With workAhead on: where the prompt of a completion would take longer than this many milliseconds to evaluate on this machine (a file just opened, a jump), the first suggestions come from the text just before the cursor, as much as fits in that time, and the whole prompt is evaluated while the model is idle. Empty: never cut.",
         minimum=1,
     )
