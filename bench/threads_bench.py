@@ -2,14 +2,15 @@
 default, `threads` unset) against every fixed count, side by side in one run.
 
 One spinning process per --busy keeps that many cores taken for the whole run (as a compile in
-a terminal would). For each thread setting an engine is loaded with it (the default model
+a terminal would), at --busy-niceness (0 by default; 10 for load that yields, as the daemon's
+own indexing or a compile started with `nice`). For each thread setting an engine is loaded with it (the default model
 unless --model) and completes the same held-out Python prefixes (as bench/decode_bench.py draws
 them), `draft` none, the KV cache emptied before each so that every setting does the same work;
 the settings take turns per prefix. Reported per setting: the median of generation tokens/s
 (after the prompt), the median prompt ms, and the threads the engine ran with; and each
 setting's median over the best fixed count's.
 
-    .venv/bin/python bench/threads_bench.py [--busy 1] [--prefixes 6] [--json FILE]
+    .venv/bin/python bench/threads_bench.py [--busy 1] [--busy-niceness 0] [--prefixes 6] [--json FILE]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from lookahead_lsp.models.resolve import resolve_model_path
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--busy", type=int, default=1, help="cores kept busy by spinning processes")
+    parser.add_argument("--busy-niceness", type=int, default=0, help="the niceness the spinning processes run at")
     parser.add_argument("--prefixes", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=7)
@@ -42,7 +44,8 @@ def main() -> int:
     tasks = pick_tasks(LANGUAGES["python"], corpus_root("python"), args.prefixes, args.seed)
     settings: list[int | None] = [None, *range(1, cores() + 1)]
     options = DecodeOptions(draft="none", max_tokens=args.max_tokens, stop_rules=False)
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    spin = f"import os; os.nice({args.busy_niceness})\nwhile True: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.busy)]
     speeds: dict[str, list[float]] = {}
     prompts: dict[str, list[float]] = {}
     used: dict[str, list[int]] = {}
