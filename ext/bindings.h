@@ -141,5 +141,6 @@ void bind_static_cache(py::module_& m);
 void bind_builder(py::module_& m);
 void bind_folder_table(py::module_& m);
 void bind_drafting(py::module_& m);
+void bind_pass_interrupt(py::module_& m);
 
 }  // namespace lookup_ext

@@ -24,4 +24,5 @@ PYBIND11_MODULE(_lookup, m) {
     lookup_ext::bind_builder(m);
     lookup_ext::bind_folder_table(m);
     lookup_ext::bind_drafting(m);
+    lookup_ext::bind_pass_interrupt(m);
 }

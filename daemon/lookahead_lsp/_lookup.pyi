@@ -243,3 +243,17 @@ def build_folder_table(
     given back as they are read. Returns n_tokens,
     n_keys, n_keys_seen, units, passes, file_size, peak_bytes. OSError when it cannot be
     written; ValueError for a bad token."""
+
+PASS_INTERRUPT_CALLBACK: int  # the address of a ggml_abort_callback whose data is a PassInterrupt
+
+class PassInterrupt:
+    """A flag raised from any thread that ends the model pass under way within one graph node
+    (llama.cpp's CPU backend asks PASS_INTERRUPT_CALLBACK after each node; `address` is the
+    callback's data). Once raised it stays raised."""
+
+    def __init__(self) -> None: ...
+    def raise_(self) -> None: ...
+    @property
+    def raised(self) -> bool: ...
+    @property
+    def address(self) -> int: ...

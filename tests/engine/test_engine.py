@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lookahead_lsp._lookup import NgramCache
+from lookahead_lsp._lookup import NgramCache, PassInterrupt
 from lookahead_lsp.engine import (
     CancelToken,
     Completion,
@@ -29,6 +29,7 @@ from lookahead_lsp.engine import (
 from lookahead_lsp.engine.cold_prompt import MIN_SHORT_TOKENS
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import mid_word
+from lookahead_lsp.engine.runtime import Cancelled
 from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.base.tokenizer import tokenize_file_text
@@ -277,6 +278,38 @@ def test_cancel_during_generation_leaves_the_next_request_correct(engine: Engine
     again = _run(engine, request, caches, "auto")
     at = _first_difference(reference.tokens, again.tokens)
     assert at is None or again.trace[at].margin < NEAR_TIE
+
+
+def test_an_interrupt_ends_the_pass_under_way_and_the_cache_stays_as_before(engine: Engine) -> None:
+    """A request that preempts work does not wait for that work's pass: a raised interrupt ends
+    the pass during which llama.cpp reads it (here raised before a pass that the check between
+    passes lets start), the cache holds what it held before that pass, and the next request
+    continues from there to the text a fresh run gives."""
+    request, caches = _task(engine, *TASKS[3])
+    reference = _run(engine, request, caches, "none")
+    runtime = engine.runtime
+    engine.forget_kv()
+    tokens = engine.build_prompt(request, DecodeOptions(max_tokens=48)).tokens
+    kept = tokens[: len(tokens) // 2]
+    runtime.prefill(kept, 512, lambda: False)
+    interrupt = PassInterrupt()
+    interrupt.raise_()
+    with runtime.interrupted_by(interrupt), pytest.raises(Cancelled):
+        runtime.prefill(tokens, 512, lambda: False)
+    assert runtime.kv_tokens == kept
+    # Outside, the interrupt is not read: passes run.
+    assert runtime.prefill(tokens[: len(kept) + 8], 512, lambda: False) == 8
+    again = _run(engine, request, caches, "none")
+    assert again.stats.prompt_evaluated < len(tokens) - len(kept)
+    at = _first_difference(reference.tokens, again.tokens)
+    assert at is None or again.trace[at].margin < NEAR_TIE
+
+
+def test_cancelling_raises_the_interrupt_of_the_pass_under_way() -> None:
+    cancel = CancelToken()
+    assert not cancel.interrupt.raised
+    cancel.cancel()
+    assert cancel.interrupt.raised and cancel.cancelled
 
 
 def test_cancel_before_the_prompt_is_evaluated(engine: Engine) -> None:

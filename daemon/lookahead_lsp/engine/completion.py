@@ -157,7 +157,10 @@ class CompletionRun:
             step = planner.plan(self.history, self.previous, remaining)
             self.stats.ms_draft += (time.perf_counter() - t) * 1000
             with_prompt_tail = bool(self.prompt_tail)
-            reason = self._step(step, remaining)
+            try:
+                reason = self._step(step, remaining)
+            except Cancelled:  # its interrupt ended the pass
+                return "cancelled"
             if not with_prompt_tail:
                 self._record_pass(step, (time.perf_counter() - t) * 1000)
             if reason is not None:

@@ -179,8 +179,10 @@ class Engine:
         threads = self.threads.choose()
         self.runtime.set_threads(threads)
         inputs = RunInputs(self.runtime, self.tokenizer, prompt, heal_ids, rest, policy)
-        run = CompletionRun(inputs, request, options, caches, cancel or CancelToken(), start)
-        result = run.execute()
+        cancel = cancel or CancelToken()
+        run = CompletionRun(inputs, request, options, caches, cancel, start)
+        with self.runtime.interrupted_by(cancel.interrupt):
+            result = run.execute()
         result.stats.threads = threads
         result.stats.short_prompt = short is not None
         self.previous = (request.prefix, run.generated_text())
@@ -257,7 +259,8 @@ class Engine:
         tokens = prompt.tokens
         start = self.runtime.common_prefix(tokens)
         try:
-            self.runtime.prefill(tokens, options.prefill_chunk, lambda: cancel.cancelled, options.prefill_pass_ms)
+            with self.runtime.interrupted_by(cancel.interrupt):
+                self.runtime.prefill(tokens, options.prefill_chunk, lambda: cancel.cancelled, options.prefill_pass_ms)
         except Cancelled:
             pass
         return len(self.runtime.kv_tokens) - start

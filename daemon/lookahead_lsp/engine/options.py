@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from lookahead_lsp._lookup import NgramCache, StaticCache, WorkspaceView
+from lookahead_lsp._lookup import NgramCache, PassInterrupt, StaticCache, WorkspaceView
 from lookahead_lsp.engine.policy import AUTO_MAX_DRAFT
 from lookahead_lsp.engine.prompt import PromptWindows
 from lookahead_lsp.engine.stopping import MULTILINE_MODES
@@ -112,15 +112,19 @@ class DraftCaches:
 
 
 class CancelToken:
-    """Set from any thread; the engine checks it between model passes and prompt chunks. Work
-    done ahead (no stop rules) that a request takes over is told so too (`awaited`): it then
-    stops as soon as that request's answer is known instead of decoding on while it waits."""
+    """Set from any thread; the engine checks it between model passes and prompt chunks, and
+    the pass under way ends at once where the backend allows (`interrupt`: llama.cpp's CPU
+    backend). Work done ahead (no stop rules) that a request takes over is told so too
+    (`awaited`): it then stops as soon as that request's answer is known instead of decoding on
+    while it waits."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
         self._awaited = threading.Event()
+        self.interrupt = PassInterrupt()
 
     def cancel(self) -> None:
+        self.interrupt.raise_()
         self._event.set()
 
     @property

@@ -14,7 +14,8 @@ import ctypes
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
+from lookahead_lsp._lookup import PASS_INTERRUPT_CALLBACK, PassInterrupt
 from lookahead_lsp.engine.batch import Batch
 from lookahead_lsp.engine.batch import EngineError as EngineError  # callers catch it from here
 from lookahead_lsp.base.errors import UserError
@@ -47,10 +49,13 @@ _FIRST_TIMED_CHUNK = 32
 _COSTED_PASS = 32
 _COST_WEIGHT = 0.3
 _TIMED_CHUNK_STEP = 16
+# What llama_decode returns for a pass its abort callback ended.
+_DECODE_ABORTED = 2
 
 
 class Cancelled(Exception):
-    """The request was cancelled between two model passes."""
+    """The request was cancelled between two model passes, or during one that its interrupt
+    ended (the cache then holds what it held before that pass)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,9 @@ class ModelRuntime:
         self.prompt_token_ms: float | None = None
         # Passes whose every choice came from the backend samplers (what tests check).
         self.backend_passes = 0
+        self._abort_callback = llama_cpp.ggml_abort_callback(PASS_INTERRUPT_CALLBACK)
+        # The interrupt llama.cpp reads during passes, kept alive while it may read it.
+        self._interrupt: PassInterrupt | None = None
 
     @property
     def gpu_offload(self) -> bool:
@@ -265,6 +273,19 @@ class ModelRuntime:
         """The threads of the next passes (llama.cpp takes the change at the next decode)."""
         llama_cpp.llama_set_n_threads(self._open_ctx(), n, n)
 
+    @contextmanager
+    def interrupted_by(self, interrupt: PassInterrupt) -> Iterator[None]:
+        """Within: once `interrupt` is raised, the pass under way ends after the graph node it is
+        computing (CPU backend; others finish the pass) and raises Cancelled."""
+        ctx = self._open_ctx()
+        self._interrupt = interrupt
+        llama_cpp.llama_set_abort_callback(ctx, self._abort_callback, ctypes.c_void_p(interrupt.address))
+        try:
+            yield
+        finally:
+            llama_cpp.llama_set_abort_callback(ctx, llama_cpp.ggml_abort_callback(), None)
+            self._interrupt = None
+
     # -- evaluation --------------------------------------------------------------------------
 
     def prefill(
@@ -273,7 +294,8 @@ class ModelRuntime:
         """Makes sequence 0 hold exactly `tokens`, evaluating only those after the common prefix,
         in chunks of at most `chunk` tokens (no logits); with pass_ms, each chunk is sized to take
         about that long from the last one's time per token (the first is small: its time is not
-        known yet). Raises Cancelled between chunks, leaving the cache consistent with what was
+        known yet). Raises Cancelled between chunks (or within one, see interrupted_by), leaving the
+        cache consistent with what was
         evaluated. Returns the number of tokens evaluated."""
         if len(tokens) > self.n_ctx:
             raise EngineError(f"{len(tokens)} prompt tokens do not fit a context of {self.n_ctx}")
@@ -335,6 +357,11 @@ class ModelRuntime:
 
     def _decode(self) -> None:
         status = llama_cpp.llama_decode(self._open_ctx(), self.batch.native)
+        if status == _DECODE_ABORTED:
+            # llama.cpp took the pass's cells back from each token's first sequence; cells the
+            # other sequences of a step shared go here.
+            self.truncate(len(self.kv_tokens))
+            raise Cancelled
         if status != 0:
             # The cells of a failed batch may be partly written: start from a clean cache.
             self.clear()
