@@ -14,6 +14,9 @@ the same replay text and static cache too. Every figure comes with a correctness
 
 from __future__ import annotations
 
+# Before numpy: on a CUDA build, numpy loaded before llama.cpp's libraries made the model load
+# crash (SIGSEGV in llama_model_load_from_file); lookahead_lsp loads them first.
+import lookahead_lsp  # noqa: F401  # isort: skip
 import argparse
 import hashlib
 import json

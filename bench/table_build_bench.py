@@ -20,6 +20,9 @@ to another build to compare two versions side by side.
 
 from __future__ import annotations
 
+# Before numpy: on a CUDA build, numpy loaded before llama.cpp's libraries made the model load
+# crash (SIGSEGV in llama_model_load_from_file); lookahead_lsp loads them first.
+import lookahead_lsp  # noqa: F401  # isort: skip
 import argparse
 import hashlib
 import inspect

@@ -1,8 +1,9 @@
-"""llama.cpp is loaded before anything else of ours, whatever a program imports first. The
-decode benchmark imported numpy and the native extension before the engine, and on a CUDA build
-the model load then crashed (SIGSEGV in llama_model_load_from_file); the same imports with
-llama_cpp first worked. Each case runs in a fresh interpreter, since a module loads only once
-per process."""
+"""llama.cpp's libraries are loaded before numpy, whatever a program imports first. On a CUDA
+build (an H200, CUDA 13) a model load crashed with SIGSEGV in llama_model_load_from_file in every
+process that had imported numpy (its bundled OpenBLAS) before llama_cpp, and in none that
+imported llama_cpp first: so every module of ours loads llama_cpp before it imports numpy, and
+every program in bench/ imports lookahead_lsp before numpy. Each case runs in a fresh
+interpreter, since a module loads only once per process; the crash itself needs that GPU build."""
 
 from __future__ import annotations
 
@@ -11,15 +12,33 @@ import subprocess
 import sys
 from pathlib import Path
 
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
 import pytest
 
-# The benchmark's order (bench/decode_bench.py), then the model load and one pass.
-_BENCHMARK_ORDER = """
-import sys
+# Put first in each program: records, when numpy's import begins, whether llama.cpp's library is
+# mapped already (what the crash depended on; the module table's order says less, since a
+# package enters it before its body runs).
+_PROBE = """
+import os, sys
+_seen = {}
+def _on_import(event, args):
+    if event == "import" and args[0] == "numpy" and "numpy" not in _seen:
+        maps = "/proc/self/maps"
+        _seen["numpy"] = ("libllama" in open(maps).read()) if os.path.exists(maps) else ("llama_cpp.llama_cpp" in sys.modules)
+sys.addaudithook(_on_import)
+def llama_before_numpy():
+    return _seen.get("numpy", True)
+"""
+
+# A benchmark's imports (bench/decode_bench.py), then the model load and one pass.
+_BENCHMARK_ORDER = _PROBE + """
+import lookahead_lsp
 import numpy
 import lookahead_lsp._lookup
 from lookahead_lsp.base.cache_files import default_cache_dir
 order = list(sys.modules)
+assert llama_before_numpy(), "numpy before llama.cpp"
 assert order.index("llama_cpp") < order.index("lookahead_lsp._lookup"), "llama_cpp after our extension"
 from lookahead_lsp.engine import CompletionRequest, DecodeOptions, Engine, EngineSettings
 from pathlib import Path
@@ -53,3 +72,21 @@ print("ok")
     done = _run(code)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if "__main__" in p.read_text()))
+def test_every_benchmark_program_loads_llama_cpp_before_numpy(script: str) -> None:
+    code = _PROBE + f"""
+import runpy
+sys.path.insert(0, {str(BENCH)!r})
+sys.argv = [{script!r}, "--help"]
+try:
+    runpy.run_path({str(BENCH / script)!r}, run_name="__main__")
+except SystemExit:
+    pass
+assert llama_before_numpy(), "numpy before llama.cpp"
+print("ok")
+"""
+    done = _run(code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok")

@@ -3,8 +3,9 @@ logging, and Ctrl-C around llama.cpp calls that log.
 
 Importing this module loads llama.cpp's shared libraries (the ggml backends with them) and
 initialises its backends. The package's __init__ imports it first, so the order cannot depend on
-which of our modules a program happens to import first: loaded after numpy and our own
-extension, a CUDA build of llama.cpp crashed in llama_model_load_from_file."""
+which of our modules a program happens to import first: loaded after numpy, a CUDA build of
+llama.cpp crashed in llama_model_load_from_file (a program that imports numpy before us must
+import lookahead_lsp or llama_cpp first, as bench/ does)."""
 
 from __future__ import annotations
 
