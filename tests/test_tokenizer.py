@@ -10,11 +10,15 @@ import threading
 from pathlib import Path
 from typing import BinaryIO, Callable
 
+import hashlib
+
+import llama_cpp
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lookahead_lsp._lookup import ids_by_text
 from lookahead_lsp.base.tokenizer import (
     Tokenizer,
     split_at_lines,
@@ -70,6 +74,34 @@ def test_fingerprint_is_stable(tokenizer: Tokenizer, model_path: Path) -> None:
     with Tokenizer(model_path) as again:
         assert again.fingerprint == tokenizer.fingerprint
     assert 0 <= tokenizer.fingerprint < 2**64
+
+
+def test_fingerprint_is_the_documented_digest(tokenizer: Tokenizer) -> None:
+    """Caches written before the fingerprint was computed natively keep theirs: it is still the
+    SHA-256 its docstring defines, computed here one token at a time through llama-cpp-python."""
+    vocab = llama_cpp.llama_model_get_vocab(tokenizer._model)
+    digest = hashlib.sha256(struct.pack("<q", tokenizer.n_vocab))
+    for token in range(tokenizer.n_vocab):
+        text = llama_cpp.llama_vocab_get_text(vocab, token) or b""
+        digest.update(struct.pack("<Ii", len(text), llama_cpp.llama_vocab_get_attr(vocab, token)))
+        digest.update(text)
+    assert tokenizer.fingerprint == int.from_bytes(digest.digest()[:8], "little")
+
+
+def test_pieces_are_each_tokens_text_and_order_by_bytes(tokenizer: Tokenizer) -> None:
+    data, offsets = tokenizer.pieces()
+    assert len(offsets) == tokenizer.n_vocab + 1 and offsets[-1] == len(data)
+    pieces = [data[offsets[i] : offsets[i + 1]] for i in range(tokenizer.n_vocab)]
+    sample = range(0, tokenizer.n_vocab, 97)
+    assert [pieces[i] for i in sample] == [tokenizer.piece(i) for i in sample]
+    ordered = ids_by_text(data, offsets).tolist()
+    assert ordered == sorted((i for i, piece in enumerate(pieces) if piece), key=pieces.__getitem__)
+
+
+@pytest.mark.parametrize("offsets", [[1, 3], [0, 2, 1, 3], [0, 4], []])
+def test_bad_offsets_are_refused(offsets: list[int]) -> None:
+    with pytest.raises(ValueError, match="offsets must ascend"):
+        ids_by_text(b"abc", np.array(offsets, dtype=np.uint32))
 
 
 def test_fingerprint_differs_for_another_vocabulary(

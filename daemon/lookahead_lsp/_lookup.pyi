@@ -257,3 +257,15 @@ class PassInterrupt:
     def raised(self) -> bool: ...
     @property
     def address(self) -> int: ...
+
+def token_pieces(to_piece: int, vocab: int, n_vocab: int) -> tuple[bytes, npt.NDArray[np.uint32]]:
+    """Every token's text as the model writes it (llama_token_to_piece, whose address is
+    to_piece, on the llama_vocab at `vocab`): token i is bytes[offsets[i]:offsets[i + 1]]."""
+
+def vocabulary_record(text: int, attr: int, vocab: int, n_vocab: int) -> bytes:
+    """For each token in order: its stored text's length (uint32 LE), its attributes (int32 LE)
+    and the text (llama_vocab_get_text and llama_vocab_get_attr at `text` and `attr`)."""
+
+def ids_by_text(bytes: bytes, offsets: npt.ArrayLike) -> npt.NDArray[np.int32]:
+    """The ids of the tokens with a non-empty text (as token_pieces returns them), ordered by
+    their bytes, ties by id. ValueError unless offsets ascend from 0 to len(bytes)."""

@@ -20,6 +20,7 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 
+from lookahead_lsp._lookup import token_pieces, vocabulary_record
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.base.priority import lower_this_process
 from lookahead_lsp.base.llama_log import interrupts_held_back, route_llama_log
@@ -134,6 +135,14 @@ class Tokenizer:
             length = llama_cpp.llama_token_to_piece(self._open_vocab(), token, buffer, len(buffer), 0, False)
         return buffer.raw[: max(0, length)]
 
+    def pieces(self) -> tuple[bytes, npt.NDArray[np.uint32]]:
+        """Every token's text as piece() gives it, read in one native loop: token i is
+        bytes[offsets[i]:offsets[i + 1]]."""
+        texts: tuple[bytes, npt.NDArray[np.uint32]] = token_pieces(
+            _address_of("llama_token_to_piece"), self._open_vocab(), self.n_vocab
+        )
+        return texts
+
     @property
     def fingerprint(self) -> int:
         """An identity of the vocabulary in [0, 2**64), stored in static cache headers so that a
@@ -141,13 +150,10 @@ class Tokenizer:
         SHA-256 of n_vocab (int64 LE) followed, for each token id in order, by the length of
         its text (uint32 LE), its attribute bits (int32 LE) and its text bytes."""
         if self._fingerprint is None:
-            vocab = self._open_vocab()
-            digest = hashlib.sha256(struct.pack("<q", self.n_vocab))
-            get_text, get_attr = llama_cpp.llama_vocab_get_text, llama_cpp.llama_vocab_get_attr
-            for token in range(self.n_vocab):
-                text = get_text(vocab, token) or b""
-                digest.update(struct.pack("<Ii", len(text), get_attr(vocab, token)))
-                digest.update(text)
+            record = vocabulary_record(
+                _address_of("llama_vocab_get_text"), _address_of("llama_vocab_get_attr"), self._open_vocab(), self.n_vocab
+            )
+            digest = hashlib.sha256(struct.pack("<q", self.n_vocab) + record)
             self._fingerprint = int.from_bytes(digest.digest()[:8], "little")
         return self._fingerprint
 
@@ -172,6 +178,14 @@ class Tokenizer:
         if self._model is None:
             raise ValueError("tokenizer is closed")
         return self._vocab
+
+
+def _address_of(function: str) -> int:
+    """The address of one of llama.cpp's functions, for the native loops that call it."""
+    address: int | None = ctypes.cast(getattr(llama_cpp.llama_cpp._lib, function), ctypes.c_void_p).value
+    if not address:
+        raise UserError(f"llama.cpp has no {function}")
+    return address
 
 
 def split_at_lines(data: bytes, piece_bytes: int = PIECE_BYTES) -> list[bytes]:

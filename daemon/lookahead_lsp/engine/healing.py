@@ -6,11 +6,11 @@ generated token must start with that token's text: the model picks the word's wh
 from __future__ import annotations
 
 import bisect
-import ctypes
 
 import numpy as np
 import numpy.typing as npt
 
+from lookahead_lsp._lookup import ids_by_text
 from lookahead_lsp.base.tokenizer import Tokenizer
 
 def mid_word(prefix: str, suffix: str) -> bool:
@@ -28,12 +28,12 @@ class TokenPrefixes:
     need no decoding, and a token that is part of a character matches as its bytes do."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
-        buffer = ctypes.create_string_buffer(256)
-        pieces = [tokenizer.piece(token, buffer) for token in range(tokenizer.n_vocab)]
+        data, offsets = tokenizer.pieces()
         # Control tokens render as nothing and never qualify.
-        order = sorted((token for token, piece in enumerate(pieces) if piece), key=pieces.__getitem__)
-        self._texts = [pieces[token] for token in order]
-        self._ids = np.array(order, dtype=np.int32)
+        order = ids_by_text(data, offsets)
+        bounds = offsets.tolist()
+        self._texts = [data[bounds[token] : bounds[token + 1]] for token in order.tolist()]
+        self._ids = order
 
     def starting_with(self, text: bytes) -> npt.NDArray[np.int32]:
         lo = bisect.bisect_left(self._texts, text)
