@@ -245,6 +245,26 @@ def test_a_short_prompt_leaves_the_other_files_out(engine: Engine) -> None:
         assert key.stats.short_prompt and key.stats.prompt_evaluated <= 4
 
 
+def test_a_short_prompt_keeps_its_start_while_the_user_types(engine: Engine) -> None:
+    """The file's real next 600 characters typed 20 at a time after a cold short prompt: every
+    key evaluates only what was typed since the last (a window sliding with the text moved its
+    start every ~130 characters, and that key evaluated the whole short prompt again)."""
+    name, marker = TASKS[0]
+    request, caches = _task(engine, name, marker)
+    text = (STDLIB / name).read_text()
+    cursor = text.index(marker)
+    cut = _cutting(engine)
+    engine.forget_kv()
+    cold = engine.complete(request, cut, caches)
+    assert cold.stats.short_prompt
+    for end in range(20, 620, 20):
+        typed = CompletionRequest(text[: cursor + end], "", request.path)
+        key = engine.complete(typed, cut, caches)
+        assert key.stats.short_prompt, end
+        assert key.stats.prompt_evaluated <= 16, (end, key.stats.prompt_evaluated)
+    assert key.stats.prompt_tokens > cold.stats.prompt_tokens + 100  # it grew instead of moving
+
+
 def test_warming_stopped_midway_keeps_both_states(engine: Engine) -> None:
     """A request that interrupts the warming of a whole prompt gets its short prompt back from
     the saved states, and the warming resumes where it stopped."""

@@ -15,7 +15,7 @@ import llama_cpp
 
 from lookahead_lsp.base.cache_files import default_cache_dir
 from lookahead_lsp.engine import calibration, cost_model
-from lookahead_lsp.engine.cold_prompt import WHOLE_OVER_SHORT, ShortLengths
+from lookahead_lsp.engine.cold_prompt import GROWTH, WHOLE_OVER_SHORT, ShortLengths
 from lookahead_lsp.engine.completion import CompletionRun, RunInputs
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
@@ -170,7 +170,7 @@ class Engine:
         short = self._short_prompt(request, prompt, options)
         if short is not None:
             prompt, length = short
-            self._short.used(request.path, length)
+            self._short.used(request.path, length, request.prefix, prompt.prefix_start)
         heal_ids = None
         if prompt.healed_token is not None:
             heal_ids = self.token_prefixes().starting_with(self.tokenizer.piece(prompt.healed_token))
@@ -223,10 +223,17 @@ class Engine:
         # Without the other files' context: cut to what the text before the cursor leaves, its
         # length, and with it the start of that text, would change at every key.
         alone = dataclasses.replace(options, windows=dataclasses.replace(options.windows, extra_tokens=0))
+        kept_start = self._short.start(request.path, request.prefix)
         best: tuple[Prompt, int, int] | None = None
         for length in self._short.candidates(request.path, options.cold_prompt_ms, token_ms):
-            if length < len(prompt.tokens):
-                short = self.build_prompt(request, alone, length)
+            if length >= len(prompt.tokens):
+                continue
+            shorts = [self.build_prompt(request, alone, length, locate=True)]
+            if kept_start is not None:
+                kept = self.build_prompt(request, alone, length * GROWTH, kept_start)
+                if kept.prefix_start == kept_start and len(kept.tokens) < len(prompt.tokens):
+                    shorts.append(kept)
+            for short in shorts:
                 lacks = len(short.tokens) - reach(self.runtime, short.tokens)
                 if best is None or lacks < best[2]:
                     best = (short, length, lacks)
@@ -271,15 +278,24 @@ class Engine:
         self.snapshots.prepare(self.runtime, prompt.tokens, self._kv_owner, self._kv_context)
         self._kv_owner, self._kv_context = request.path or None, request.extra_context
 
-    def build_prompt(self, request: CompletionRequest, options: DecodeOptions, max_prompt: int | None = None) -> Prompt:
+    def build_prompt(
+        self,
+        request: CompletionRequest,
+        options: DecodeOptions,
+        max_prompt: int | None = None,
+        prefix_start: int | None = None,
+        locate: bool = False,
+    ) -> Prompt:
         """The prompt complete() evaluates for this request (healed where it ends mid-word),
-        within max_prompt tokens if given."""
+        within max_prompt tokens if given, its prefix's part from prefix_start if that fits
+        (PromptBuilder.build says what `locate` does)."""
         room = self.runtime.n_ctx - options.max_tokens - step_room(options)
         if room < 16:
             n_ctx = self.runtime.n_ctx
             raise ValueError(f"max_tokens {options.max_tokens} leaves no room for a prompt in n_ctx {n_ctx}")
         heal = options.heal and mid_word(request.prefix, request.suffix)
-        return self.prompts.build(request, options.windows, room if max_prompt is None else min(room, max_prompt), heal)
+        budget = room if max_prompt is None else min(room, max_prompt)
+        return self.prompts.build(request, options.windows, budget, heal, prefix_start, locate)
 
     def previous_continuation(self, prefix: str) -> str:
         """What the last completion predicted after `prefix`, when the user typed the beginning

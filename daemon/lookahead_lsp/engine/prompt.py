@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+import numpy as np
+
 from lookahead_lsp.base.tokenizer import TokenArray, Tokenizer
 
 # Characters of code per token are about 3-4 for this kind of tokenizer; the character window
@@ -67,6 +69,9 @@ class Prompt:
     fill_in_the_middle: bool = False
     # With healing: the prefix's last token, left out of the prompt for the model to redo.
     healed_token: int | None = None
+    # Where in the request's prefix the prompt's part of it starts (None: not at a known
+    # character, its front having been cut by tokens).
+    prefix_start: int | None = None
 
 
 def comment_marker(path: str) -> str:
@@ -111,15 +116,24 @@ class PromptBuilder:
         self.fim = fim
 
     def build(
-        self, request: CompletionRequest, windows: PromptWindows, max_tokens: int, heal: bool = False
+        self,
+        request: CompletionRequest,
+        windows: PromptWindows,
+        max_tokens: int,
+        heal: bool = False,
+        prefix_start: int | None = None,
+        locate: bool = False,
     ) -> Prompt:
         """A prompt of at most max_tokens tokens; the farthest text goes first when it must be
         shortened: extra chunks, then the far end of the prefix, then the suffix. heal: the
-        prefix's last token is left out (see healing.py)."""
+        prefix's last token is left out (see healing.py). prefix_start: the prefix's part starts
+        there if all of it from there fits (a short prompt kept where its KV state starts), else
+        where the grid puts it. locate: where tokens were cut from the front of the prefix's
+        part, find the character they start at (a tokenization more: short prompts only)."""
         fixed = (1 if self.bos is not None else 0) + (8 if self.fim else 0)
         budget = max(0, max_tokens - fixed)
         prefix_budget = min(windows.prefix_tokens, budget)
-        prefix_tokens = self._prefix_tokens(request.prefix, prefix_budget)
+        prefix_tokens, start = self._prefix_tokens(request.prefix, prefix_budget, prefix_start, locate)
         healed = int(prefix_tokens[-1]) if heal and len(prefix_tokens) else None
         if healed is not None:
             prefix_tokens = prefix_tokens[:-1]
@@ -135,11 +149,29 @@ class PromptBuilder:
         else:
             tokens = self._plain_layout(chunks, prefix_tokens)
         sources = [prefix_tokens, suffix_tokens, *(c for _, c in chunks)]
-        return Prompt(tokens, [s for s in sources if len(s)], self.fim is not None, healed)
+        return Prompt(tokens, [s for s in sources if len(s)], self.fim is not None, healed, start)
 
-    def _prefix_tokens(self, prefix: str, budget: int) -> TokenArray:
+    def _prefix_tokens(
+        self, prefix: str, budget: int, start: int | None, locate: bool
+    ) -> tuple[TokenArray, int | None]:
+        """The prefix's tokens in the prompt, and the character they start at (None where
+        tokens were cut from their front and `locate` is off or finds none)."""
+        if start is not None and 0 <= start <= len(prefix):
+            tokens = self.tokenizer.tokenize(prefix[start:])
+            if len(tokens) <= budget:
+                return tokens, start
         start = stable_prefix_start(prefix, budget * _CHARS_PER_TOKEN)
-        return _tail(self.tokenizer.tokenize(prefix[start:]), budget)
+        tokens = self.tokenizer.tokenize(prefix[start:])
+        kept = _tail(tokens, budget)
+        if len(kept) == len(tokens) or not locate:
+            return kept, start if len(kept) == len(tokens) else None
+        # Cut by tokens: the character they start at, where the text from there tokenizes to
+        # exactly these tokens (else unknown).
+        dropped = self.tokenizer.detokenize(tokens[: len(tokens) - len(kept)]).decode("utf-8", "replace")
+        if not prefix.startswith(dropped, start):
+            return kept, None
+        at = start + len(dropped)
+        return kept, at if np.array_equal(self.tokenizer.tokenize(prefix[at:]), kept) else None
 
     def _suffix_tokens(self, suffix: str, budget: int) -> TokenArray:
         window = budget * _CHARS_PER_TOKEN
