@@ -138,10 +138,7 @@ class Tokenizer:
     def pieces(self) -> tuple[bytes, npt.NDArray[np.uint32]]:
         """Every token's text as piece() gives it, read in one native loop: token i is
         bytes[offsets[i]:offsets[i + 1]]."""
-        texts: tuple[bytes, npt.NDArray[np.uint32]] = token_pieces(
-            _address_of("llama_token_to_piece"), self._open_vocab(), self.n_vocab
-        )
-        return texts
+        return token_pieces(_address_of("llama_token_to_piece"), self._open_vocab(), self.n_vocab)
 
     @property
     def fingerprint(self) -> int:

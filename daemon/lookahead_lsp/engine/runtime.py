@@ -294,9 +294,8 @@ class ModelRuntime:
         """Makes sequence 0 hold exactly `tokens`, evaluating only those after the common prefix,
         in chunks of at most `chunk` tokens (no logits); with pass_ms, each chunk is sized to take
         about that long from the last one's time per token (the first is small: its time is not
-        known yet). Raises Cancelled between chunks (or within one, see interrupted_by), leaving the
-        cache consistent with what was
-        evaluated. Returns the number of tokens evaluated."""
+        known yet). Raises Cancelled between chunks (or within one, see interrupted_by), leaving
+        the cache consistent with what was evaluated. Returns the number of tokens evaluated."""
         if len(tokens) > self.n_ctx:
             raise EngineError(f"{len(tokens)} prompt tokens do not fit a context of {self.n_ctx}")
         start = begin = self.keep_prefix(tokens)
