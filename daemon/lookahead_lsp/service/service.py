@@ -442,13 +442,17 @@ class LookaheadService:
             self.counters.failed += 1
             self.client.log(logging.ERROR, f"completion failed: {error}")
             raise
-        if ahead:
-            self.ahead.record(result)
         if result.stop_reason == "cancelled":
+            if ahead:
+                self.ahead.record(result)
             self.counters.cancelled += not ahead
             return Answer("", "model", result)
         ended = result.stop_reason == "end-of-generation"
         self.suggestions.store(uri, request.prefix, request.suffix, result.text, ahead, ended)
+        if ahead:
+            # Counted once its answer is in the cache: a status that shows the run finished
+            # finds it there (counted first, a request could come between and miss it).
+            self.ahead.record(result)
         continued = False
         if not ahead:
             self._served(result, result.text)
