@@ -204,14 +204,14 @@ sanitize: install
 # is its libFuzzer run, corpus in build/fuzz/folder_corpus.
 FUZZ_RUNS ?= 1000000
 FUZZ_SEED ?= 1
-FUZZ_SOURCES := native/fuzz/static_cache_fuzz.cpp $(addprefix native/,static_cache.cpp static_cache_store.cpp \
+FUZZ_SOURCES := native/fuzz/static_cache_fuzz.cpp $(addprefix native/,static_cache.cpp static_cache_check.cpp static_cache_store.cpp \
 	file_bytes.cpp checksum.cpp static_cache_builder.cpp atomic_file.cpp write_buffer.cpp ngram_cache.cpp drafter.cpp \
 	folder_table.cpp workspace_layers.cpp)
 FUZZ_FLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all -pthread -Inative
 FOLDER_FUZZ_DIVISOR ?= 4
 FOLDER_FUZZ_SOURCES := native/fuzz/folder_table_fuzz.cpp $(addprefix native/,folder_table.cpp \
 	folder_table_builder.cpp page_release.cpp scratch_file.cpp workspace_layers.cpp file_bytes.cpp checksum.cpp atomic_file.cpp write_buffer.cpp ngram_cache.cpp \
-	drafter.cpp static_cache.cpp static_cache_store.cpp)
+	drafter.cpp static_cache.cpp static_cache_check.cpp static_cache_store.cpp)
 .PHONY: fuzz fuzz-libfuzzer fuzz-folder-libfuzzer
 build/fuzz/static_cache_fuzz: $(FUZZ_SOURCES) $(wildcard native/*.h) $(wildcard native/fuzz/*.h)
 	mkdir -p build/fuzz

@@ -129,11 +129,18 @@ def _usable(path: Path) -> bool:
     return bool(lines) and max(len(line) for line in lines) <= _MAX_LINE
 
 
-def pick_tasks(language: Language, root: Path, n: int, seed: int) -> list[Task]:
-    rng = random.Random(f"{seed}:{language.name}")
+def task_files(language: Language, root: Path) -> list[Path]:
+    """The files tasks are drawn from: of 6-80 KB, no line longer than _MAX_LINE, in folders
+    of at least three files of the language."""
     files = [f for _, found in _folders(root, language) for f in found if _usable(f)]
     if not files:
         raise SystemExit(f"no {language.name} files of {_MIN_FILE}-{_MAX_FILE} bytes under {root}")
+    return files
+
+
+def pick_tasks(language: Language, root: Path, n: int, seed: int) -> list[Task]:
+    rng = random.Random(f"{seed}:{language.name}")
+    files = task_files(language, root)
     tasks: list[Task] = []
     while len(tasks) < n:
         path = rng.choice(files)

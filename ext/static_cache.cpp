@@ -81,11 +81,6 @@ void bind_static_cache(py::module_& m) {
                                    std::shared_lock l(c.mutex);
                                    return storage_name(c.open_cache().storage());
                                })
-        .def_property_readonly("store_error",
-                               [](const PyStaticCache& c) {
-                                   std::shared_lock l(c.mutex);
-                                   return c.open_cache().store_error();
-                               })
         .def_property_readonly("path", [](const PyStaticCache& c) { return c.path; })
         .def_property_readonly("header",
                                [](const PyStaticCache& c) {

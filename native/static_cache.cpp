@@ -1,6 +1,6 @@
 #include "static_cache.h"
 
-#include "checksum.h"
+#include "static_cache_check.h"
 
 #include <cstddef>
 #include <cstring>
@@ -129,23 +129,28 @@ bool StaticCache::open_file(const std::string& path, std::optional<uint32_t> exp
     FileBytes bytes;
     Storage storage = Storage::memory;
     if (store_folder != nullptr) {
+        // Never read into private memory instead: a file the store cannot take is not used.
         auto store = std::make_unique<StaticCacheStore>();
-        bool store_failed = true;
         if (!store->open(*store_folder, &reason)) {
-            m_store_error = "static cache store not used: " + reason;
-        } else if (store->find(h, &bytes)) {
-            storage = Storage::stored_copy;
-        } else if (store->stage(file, &bytes, &m_staged, &reason, &store_failed)) {
-            storage = Storage::new_copy;
-            m_store = std::move(store);
-        } else if (store_failed) {
-            m_store_error = "static cache store not used: " + reason;
-        } else {
-            *error = "cannot open (" + reason + ")";
+            *error = "static cache store not usable: " + reason;
             return false;
         }
-    }
-    if (storage == Storage::memory && !bytes.read(file, &reason)) {
+        if (store->find(h, &bytes)) {
+            storage = Storage::stored_copy;
+        } else {
+            reason = file_check_error(h, file);
+            bool store_failed = false;
+            if (reason.empty() && !store->stage(file, &bytes, &m_staged, &reason, &store_failed)) {
+                reason = store_failed ? "static cache store not usable: " + reason : "cannot open (" + reason + ")";
+            }
+            if (!reason.empty()) {
+                *error = reason;
+                return false;
+            }
+            storage = Storage::new_copy;
+            m_store = std::move(store);
+        }
+    } else if (!bytes.read(file, &reason)) {
         *error = "cannot open (" + reason + ")";
         return false;
     }
@@ -221,7 +226,6 @@ void StaticCache::close() {
     m_identity = {};
     m_header = {};
     m_storage = Storage::none;
-    m_store_error.clear();
     m_open = false;
     m_buckets = nullptr;
     m_records = nullptr;
@@ -261,14 +265,9 @@ bool StaticCache::verify(std::string* error) {
         *error = "static cache is closed";
         return false;
     }
-    StaticHeader zeroed = m_header;
-    zeroed.checksum = 0;
-    Checksum sum;
-    sum.update(&zeroed, sizeof zeroed);
-    sum.update(m_file.data() + sizeof zeroed, m_file.size() - sizeof zeroed);
-    const bool sound = sum.digest() == m_header.checksum;
-    if (!sound) *error = "corrupt (checksum mismatch)";
-    if (!sound || !verify_structure(error)) {
+    const std::string problem = memory_check_error(m_header, m_file.data());
+    if (!problem.empty()) {
+        *error = problem;
         if (m_store != nullptr) m_store->discard(m_staged);
         m_store.reset();
         return false;
@@ -277,63 +276,6 @@ bool StaticCache::verify(std::string* error) {
     m_store.reset();
     m_staged.clear();
     m_verified.store(true);
-    return true;
-}
-
-bool StaticCache::verify_structure(std::string* error) const {
-    // The checksum passed, so what follows only fails for a file that a buggy or hostile writer
-    // produced with a valid checksum; check every invariant the drafter relies on anyway, each
-    // offset before it is used: the bucket bounds first, so every record index read below is
-    // under n_keys, then each record's span against the followers.
-    const StaticHeader& h = m_header;
-    if (m_buckets[0] != 0 || m_buckets[h.n_buckets] != h.n_keys) {
-        *error = "corrupt (bucket bounds)";
-        return false;
-    }
-    for (uint64_t b = 0; b < h.n_buckets; ++b) {
-        if (m_buckets[b] > m_buckets[b + 1]) {
-            *error = "corrupt (buckets out of order)";
-            return false;
-        }
-    }
-    uint64_t next_offset = 0;
-    uint64_t total = 0;
-    for (uint64_t b = 0; b < h.n_buckets; ++b) {
-        for (uint64_t i = m_buckets[b]; i < m_buckets[b + 1]; ++i) {
-            const StaticRecord& r = m_records[i];
-            const auto t0 = static_cast<uint32_t>(pair_token(r.key, 0));
-            const auto t1 = static_cast<uint32_t>(pair_token(r.key, 1));
-            const bool key_ok = t0 < h.n_vocab && t1 < h.n_vocab && bucket_of(r.key, m_bucket_bits) == b &&
-                                (i == m_buckets[b] || (m_records[i - 1].key & k_pair_mask) < (r.key & k_pair_mask));
-            const uint64_t offset = r.span & k_span_offset_mask, length = r.span >> k_span_offset_bits;
-            if (!key_ok || offset != next_offset || length == 0 || length > h.n_followers - offset) {
-                *error = "corrupt (record " + std::to_string(i) + ")";
-                return false;
-            }
-            const Follower* followers = m_followers + offset;
-            for (uint64_t f = 0; f < length; ++f) {
-                const Follower& fw = followers[f];
-                const bool ok = fw.token >= 0 && static_cast<uint32_t>(fw.token) < h.n_vocab && fw.count > 0 &&
-                                (f == 0 || followers[f - 1].token < fw.token);
-                if (!ok) {
-                    *error = "corrupt (follower " + std::to_string(offset + f) + ")";
-                    return false;
-                }
-                total += fw.count;
-            }
-            const token_t fallback = static_fallback(
-                length, [&](size_t f) { return followers[f].token; }, [&](size_t f) { return followers[f].count; });
-            if (record_fallback(r.key) != fallback) {
-                *error = "corrupt (record " + std::to_string(i) + " drafting decision)";
-                return false;
-            }
-            next_offset = offset + length;
-        }
-    }
-    if (next_offset != h.n_followers || total != h.total_count) {
-        *error = "corrupt (follower totals)";
-        return false;
-    }
     return true;
 }
 

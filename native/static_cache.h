@@ -41,9 +41,10 @@ public:
     bool open(const std::string& path, std::optional<uint32_t> expected_vocab,
               std::optional<uint64_t> expected_fingerprint, std::string* error);
     // Through the store in `store_folder`: maps the store's verified copy of a file with this
-    // header (O(1), verified already), else copies the file into the store and maps the copy.
-    // A store that cannot be used (its folder, a full disk) falls back to private memory, and
-    // store_error() says why.
+    // header (O(1), verified already), else checks the file whole (static_cache_check.h) and
+    // only then copies it into the store and maps the copy, which verify() checks again (the
+    // file may have changed since). A store that cannot be used (its folder, a full disk)
+    // refuses the file: it is never read into private memory instead.
     bool open(const std::string& path, std::optional<uint32_t> expected_vocab,
               std::optional<uint64_t> expected_fingerprint, const std::string& store_folder, std::string* error);
     // Bytes the caller keeps alive and unchanged until close() (the fuzzer); 8-byte aligned.
@@ -60,7 +61,6 @@ public:
     [[nodiscard]] bool verified() const { return m_verified.load(); }
     [[nodiscard]] const StaticHeader& header() const { return m_header; }
     [[nodiscard]] Storage storage() const { return m_storage; }
-    [[nodiscard]] const std::string& store_error() const { return m_store_error; }
     // Whether the path opened now names another file or one modified since (or nothing): a
     // stat, no reading.
     [[nodiscard]] bool changed_on_disk() const;
@@ -90,7 +90,6 @@ private:
                    std::optional<uint64_t> expected_fingerprint, const std::string* store_folder,
                    std::string* error);
     bool attach(FileBytes bytes, const StaticHeader& h, Storage storage, std::string* error);
-    [[nodiscard]] bool verify_structure(std::string* error) const;
     [[nodiscard]] FollowerSpan span_at(uint64_t span) const;
 
     FileBytes m_file;
@@ -98,7 +97,6 @@ private:
     FileIdentity m_identity;  // the file's at open, for changed_on_disk()
     StaticHeader m_header{};  // a copy: checked once, then read without re-checking
     Storage m_storage = Storage::none;
-    std::string m_store_error;
     std::unique_ptr<StaticCacheStore> m_store;  // while a new copy waits for verify()
     std::string m_staged;
     std::mutex m_verify_mutex;

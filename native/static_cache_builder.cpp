@@ -187,10 +187,9 @@ bool StaticCacheBuilder::write(const std::string& path, uint64_t tokenizer_finge
         const uint64_t pair = triple_pair(m_entries[i]);
         size_t end = i + 1;
         while (end < m_entries.size() && triple_pair(m_entries[end]) == pair) ++end;
-        const token_t fallback = static_fallback(
-            end - i, [&](size_t f) { return triple_follower(m_entries[i + f]); },
-            [&](size_t f) { return m_counts[i + f]; });
-        by_key.push_back({with_fallback(pair, fallback), pack_span(i, end - i)});
+        StaticFallback fallback;
+        for (size_t f = i; f < end; ++f) fallback.add(triple_follower(m_entries[f]), m_counts[f]);
+        by_key.push_back({with_fallback(pair, fallback.decision()), pack_span(i, end - i)});
         i = end;
     }
     const uint64_t n_keys = by_key.size();

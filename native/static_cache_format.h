@@ -90,24 +90,27 @@ inline constexpr uint64_t k_span_offset_mask = (uint64_t{1} << k_span_offset_bit
     return bucket_bits == 0 ? 0 : ((pair & k_pair_mask) * 0x9E3779B97F4A7C15ull) >> (64 - bucket_bits);
 }
 
-// The static-only decision for one pair whose followers are given in ascending token order:
+// The static-only decision for one pair, made one follower at a time in ascending token order:
 // the most frequent (the lowest token id among equals), if the rule above lets it through.
-template <class TokenAt, class CountAt>
-[[nodiscard]] token_t static_fallback(size_t n_followers, TokenAt token_at, CountAt count_at) {
-    uint64_t sum = 0;
-    uint64_t best_count = 0;
-    token_t best = -1;
-    for (size_t i = 0; i < n_followers; ++i) {
-        const uint64_t count = count_at(i);
-        sum += count;
-        if (count > best_count) {
-            best_count = count;
-            best = token_at(i);
+class StaticFallback {
+public:
+    void add(token_t token, uint64_t count) {
+        m_sum += count;
+        if (count > m_best_count) {
+            m_best_count = count;
+            m_best = token;
         }
     }
-    const bool qualifies = sum >= k_static_min_sample && 100 * best_count >= k_static_min_percent * sum;
-    return qualifies ? best : -1;
-}
+    [[nodiscard]] token_t decision() const {
+        const bool qualifies = m_sum >= k_static_min_sample && 100 * m_best_count >= k_static_min_percent * m_sum;
+        return qualifies ? m_best : -1;
+    }
+
+private:
+    uint64_t m_sum = 0;
+    uint64_t m_best_count = 0;
+    token_t m_best = -1;
+};
 
 [[nodiscard]] inline uint64_t align_section(uint64_t offset) {
     return (offset + k_section_alignment - 1) & ~uint64_t{k_section_alignment - 1};

@@ -91,16 +91,15 @@ class StaticCache:
         inconsistent with its size, or (when given) built for another vocabulary size or
         tokenizer fingerprint. store: a folder of the user's only (created 0700 if missing);
         the store's copy of a file with this header is mapped, verified already (O(1)), else
-        the file is copied there, mapped, and the copy kept once verify() passes. A store that
-        cannot be used falls back to private memory (store_error says why)."""
+        the file is checked whole (read through bounded buffers, nothing written), then copied
+        there and mapped, and the copy kept once verify() passes. With a store, a file that
+        fails the check, or a store that cannot take it (its folder, a full disk), raises
+        CacheError: the file is never read into private memory instead."""
     def verify(self) -> None: ...
     @property
     def storage(self) -> str:
         """Where the bytes are: "memory" (read into private memory), "stored copy" (the
         store's verified copy, mapped), "new copy" (copied into the store by this open)."""
-    @property
-    def store_error(self) -> str:
-        """Why the store was not used ("" if it was, or none was given)."""
     def changed_on_disk(self) -> bool:
         """Whether the path now holds another file, or the same one modified, or nothing: a
         stat (device, inode, size, modification and change times) compared with the file

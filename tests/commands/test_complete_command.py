@@ -115,3 +115,19 @@ def test_split_at_clamps_columns_and_handles_line_ends() -> None:
     assert split_at("", 1, 1, "f").prefix == ""
     with pytest.raises(UserError):
         split_at(doc, 4, 1, "f")
+
+
+def test_the_workspace_gives_the_definitions_the_code_uses(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pricing.py").write_text(
+        "def discounted_total(prices, percent):\n    \"\"\"The sum of prices, less percent of it.\"\"\"\n"
+        "    return sum(prices) * (100 - percent) / 100\n"
+    )
+    (project / "cart.py").write_text("from pricing import discounted_total\n\n\ndef checkout(items):\n    total = discounted_total(\n")
+    done = _cli("complete", f"{project / 'cart.py'}:5:31", "--workspace", str(project), "--json", "--max-tokens", "8",
+                cache=tmp_path / "cache")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    context = json.loads(done.stdout)["stats"]["context"]
+    assert context[0] == {"path": "pricing.py", "lines": [1, 3], "why": "definitions", "tokens": context[0]["tokens"]}
+    assert context[0]["tokens"] > 10

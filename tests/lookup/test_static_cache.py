@@ -746,6 +746,20 @@ def test_structural_corruption_behind_a_valid_checksum(tmp_path_factory, golden:
     path = write_file(tmp_path_factory, "structural.lookup", fixed)
     # Any outcome but a crash, a non-CacheError exception or an inconsistent verified cache.
     outcome(path, None)
+    # Through the store the file itself is checked, through bounded buffers, before it is
+    # copied: the same verdict as the check of the bytes in memory.
+    store = str(tmp_path_factory.getbasetemp() / "structural-store")
+    assert _accepted(lambda: _lookup.StaticCache.open(path, store=store).verify()) == _accepted(
+        lambda: _lookup.StaticCache.open(path).verify()
+    )
+
+
+def _accepted(open_and_verify: Callable[[], None]) -> bool:
+    try:
+        open_and_verify()
+    except CacheError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------

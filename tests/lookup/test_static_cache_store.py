@@ -18,8 +18,10 @@ from lookahead_lsp.base.repository_cache import default_store, open_repository_c
 from test_static_cache import (
     ANSWERS_BEFORE_AND_AFTER,
     EXPECTED_ANSWERS,
+    crafted_header,
     many_pages_static,
     run_isolated,
+    static_layout,
     write_static,
 )
 
@@ -45,7 +47,7 @@ def test_first_use_copies_later_uses_map_the_verified_copy(tmp_path: Path) -> No
     memory.verify()
 
     first = open_through(source, store, 60)
-    assert first.storage == "new copy" and not first.verified and first.store_error == ""
+    assert first.storage == "new copy" and not first.verified
     assert copies(store) == [], "a copy is named only once verified"
     first.verify()
     header = first.header
@@ -132,21 +134,36 @@ def test_changed_on_disk_follows_the_file_not_the_copy(tmp_path: Path) -> None:
     assert s.changed_on_disk()
 
 
-def test_a_file_that_fails_verify_leaves_nothing_in_the_store(tmp_path: Path) -> None:
+def test_a_file_that_fails_its_check_leaves_nothing_in_the_store(tmp_path: Path) -> None:
     path, store = tmp_path / "flipped.cache", tmp_path / "store"
     many_pages_static(str(path))
     data = bytearray(path.read_bytes())
     data[-3] ^= 0x10  # a follower count: the header is intact, the checksum is not
     path.write_bytes(bytes(data))
-    s = open_through(path, store)
-    assert s.storage == "new copy"
     with pytest.raises(CacheError) as e:
-        s.verify()
-    assert str(e.value) == f"{path}: corrupt (checksum mismatch)"
+        open_through(path, store)
+    assert str(e.value) == f"{path}: corrupt (follower totals)"  # the structure is checked first
     assert os.listdir(store) == []
     # Closed before verify(): the staged copy goes too.
     many_pages_static(str(path))
     open_through(path, store).close()
+    assert os.listdir(store) == []
+
+
+def test_a_copy_unlike_the_file_checked_is_not_kept(tmp_path: Path) -> None:
+    """The file is checked, then copied: one rewritten in between gives a copy that verify()
+    checks again, and refuses."""
+    path, store = tmp_path / "static.cache", tmp_path / "store"
+    many_pages_static(str(path))
+    s = open_through(path, store)
+    (staged,) = os.listdir(store)
+    (store / staged).chmod(0o600)
+    with open(store / staged, "r+b") as f:  # as if the file changed while it was copied
+        f.seek(-3, os.SEEK_END)
+        f.write(b"\x7f")
+    with pytest.raises(CacheError) as e:
+        s.verify()
+    assert str(e.value) == f"{path}: corrupt (checksum mismatch)"
     assert os.listdir(store) == []
 
 
@@ -217,11 +234,10 @@ def test_a_store_that_cannot_be_trusted_is_not_used(tmp_path: Path, problem: str
         store.write_bytes(b"")
     else:
         store = tmp_path / "missing" / "store"
-    s = open_through(path, store)
-    assert s.storage == "memory"
-    assert s.store_error.startswith(f"static cache store not used: {store}: ") and "\n" not in s.store_error
-    s.verify()
-    assert s.followers(1, 2).tolist() == [[3, 1], [4, 1]]
+    with pytest.raises(CacheError) as e:
+        open_through(path, store)
+    # Refused, never read into private memory instead: a file of holes would cost its size.
+    assert str(e.value).startswith(f"{path}: static cache store not usable: {store}: ") and "\n" not in str(e.value)
     if problem == "symlink":
         assert os.listdir(tmp_path / "elsewhere") == []
 
@@ -262,8 +278,86 @@ def test_repository_caches_go_through_the_users_store(tmp_path: Path, monkeypatc
     first = open_repository_cache(path, 60, 0)
     second = open_repository_cache(path, 60, 0)
     assert first.cache.storage == "new copy" and second.cache.storage == "stored copy"
-    assert second.cache.verified and second.store_error == "" and second.verify_ms < 1.0
+    assert second.cache.verified and second.verify_ms < 1.0
     assert len(copies(default_store())) == 1
     with pytest.raises(CacheError) as e:
         open_repository_cache(path, 61, 0)
     assert str(e.value).startswith(f"{path}: built for a vocabulary of 60 tokens")
+
+
+SPARSE_CACHE_SIZE = 4 << 30
+
+# Opens a repository cache through a store while a thread samples how many bytes the store's
+# files take on disk; with no room, no file of this process may grow past 64 MiB.
+OPEN_WHILE_WATCHING_THE_STORE = """
+import os, re, resource, signal, threading, time
+from pathlib import Path
+from lookahead_lsp import _lookup
+from lookahead_lsp.base.repository_cache import open_repository_cache
+
+path, store, room = {path!r}, Path({store!r}), {room!r}
+if not room:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+written, done = [0], threading.Event()
+
+def watch():
+    while not done.is_set():
+        try:
+            on_disk = sum(entry.stat().st_blocks * 512 for entry in os.scandir(store))
+        except OSError:
+            on_disk = 0
+        written[0] = max(written[0], on_disk)
+        time.sleep(0.001)
+
+watcher = threading.Thread(target=watch)
+watcher.start()
+def kib(field):  # this process's own: ru_maxrss would keep the parent's across exec
+    return int(re.search(field + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+
+before = kib("VmRSS")
+try:
+    open_repository_cache(Path(path), 40, 0, store=store)
+    message = "opened"
+except _lookup.CacheError as error:
+    message = str(error)
+done.set()
+watcher.join()
+print(written[0] >> 20, (kib("VmHWM") - before) >> 10)
+print(message)
+"""
+
+
+def _sparse_cache_with_plausible_probes(path: Path) -> None:
+    """A 4 GiB static cache that takes no disk: its header adds up to its size, and the bucket
+    bounds and record spans that open() probes are right; everything else is holes."""
+    n_keys = 1 << 24
+    n_buckets, buckets, records, followers, _ = static_layout(n_keys, 0)
+    n_followers = (SPARSE_CACHE_SIZE - followers) // 8
+    assert static_layout(n_keys, n_followers)[4] == SPARSE_CACHE_SIZE
+    with open(path, "wb") as f:
+        f.write(crafted_header(n_keys, n_followers, n_buckets, (buckets, records, followers), SPARSE_CACHE_SIZE))
+        f.seek(buckets + 4 * n_buckets)
+        f.write(n_keys.to_bytes(4, "little"))
+        f.seek(records + 16 * (n_keys - 1))  # the last record: one follower, the last one
+        f.write(bytes(8) + ((n_followers - 1) | 1 << 40).to_bytes(8, "little"))
+        f.truncate(SPARSE_CACHE_SIZE)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc")
+@pytest.mark.parametrize("room", [True, False], ids=["room in the store", "no room in the store"])
+def test_a_sparse_cache_is_refused_before_it_is_copied(tmp_path: Path, room: bool) -> None:
+    """Issue 37: such a file was copied byte for byte into the store before it was verified
+    (~300 MB written), and read whole into memory where the store could not take it."""
+    path, store = tmp_path / "static.cache", tmp_path / "store"
+    _sparse_cache_with_plausible_probes(path)
+    if os.stat(path).st_blocks * 512 > 1 << 20:
+        pytest.skip("this file system does not keep sparse files")
+    r = run_isolated(OPEN_WHILE_WATCHING_THE_STORE.format(path=str(path), store=str(store), room=room))
+
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    measures, message = r.stdout.splitlines()
+    written_mib, grown_mib = (int(value) for value in measures.split())
+    assert message.startswith(f"{path}: corrupt ("), message
+    assert written_mib < 64 and grown_mib < 64, (written_mib, grown_mib)
+    assert os.listdir(store) == []

@@ -170,15 +170,23 @@ def test_recently_edited_documents_join_the_prompt(loaded: tuple[LookaheadServic
         service.close_document(uri, None)  # its suggestion forgotten: the next one asks the model
         return int(service.last_completion["prompt_tokens"])
 
-    alone = prompt_tokens()
-    rates = "".join(f"RATE_{i} = {i} / 100\n" for i in range(60))
-    service.open_document(other, None, rates)
-    service.change_document(other, None, rates, 30)  # the lines around line 30 join the prompt
+    # The whole prompt every time: on a slow machine a cold one would be cut to the text before
+    # the cursor (coldPromptMs), which leaves the other files out by design.
+    service.configure({"coldPromptMs": None})
     try:
-        assert prompt_tokens() > alone
+        alone = prompt_tokens()
+        rates = "".join(f"RATE_{i} = {i} / 100\n" for i in range(60))
+        service.open_document(other, None, rates)
+        service.change_document(other, None, rates, 30)  # the lines around line 30 join the prompt
+        try:
+            assert prompt_tokens() > alone
+            assert service.last_completion is not None
+            assert [(c["path"], c["why"]) for c in service.last_completion["context"]] == [("untitled:Rates", "recent")]
+        finally:
+            service.close_document(other, None)
+        assert prompt_tokens() == alone
     finally:
-        service.close_document(other, None)
-    assert prompt_tokens() == alone
+        service.configure({"coldPromptMs": 1500.0})
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")

@@ -4,10 +4,13 @@ first, or one that is damaged or crafted, leaves a walk of the folder."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import stat
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from hypothesis import strategies as st
 
 from lookahead_lsp.workspace.files import list_source_files
 from lookahead_lsp.workspace.git_index import find_checkout
+from lookahead_lsp.workspace.git_index_file import NAME_MAX_BYTES, NAMES_PER_INDEX_BYTE, NAMES_SLACK_BYTES, IndexRefused, index_entries
 from support.folders import git, relative_names, write_file
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -233,3 +237,105 @@ def test_the_search_for_a_checkout_stops_at_the_users_ceiling(tmp_path: Path, mo
 
     assert find_checkout(repo / "a") is None
     assert _listed_in_time(repo / "a") == ["untracked.py", "x.py"]
+
+
+def _git_listing(repo: Path) -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, check=True).stdout
+    return sorted(os.fsdecode(name) for name in out.split(b"\0") if name)
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_the_tracked_files_are_the_ones_git_lists(tmp_path: Path, version: int) -> None:
+    repo = tmp_path / "repo"
+    for i in range(40):
+        write_file(repo, f"pkg/deep/er/module_{i}.py")
+        write_file(repo, f"pkg/deep/module_{i:03}_with_a_long_shared_name.py")
+    write_file(repo, "names with spaces/ünïcode.py")
+    write_file(repo, "skipped.py")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "update-index", "--index-version", str(version))
+    if version >= 3:  # an extended entry, which only versions 3 and 4 have
+        git(repo, "update-index", "--skip-worktree", "skipped.py")
+
+    checkout = find_checkout(repo)
+
+    assert checkout is not None
+    assert sorted(path.as_posix() for path in checkout.files) == _git_listing(repo)
+
+
+def _v4_index(entries: list[tuple[int, bytes]]) -> bytes:
+    """A version 4 index whose entries are (bytes dropped from the previous name, suffix)."""
+    body = bytearray(b"DIRC" + (4).to_bytes(4, "big") + len(entries).to_bytes(4, "big"))
+    name = b""
+    for drop, suffix in entries:
+        name = name[: len(name) - drop] + suffix
+        body += bytes(24) + (0o100644).to_bytes(4, "big") + bytes(12 + 20)
+        body += min(len(name), 0xFFF).to_bytes(2, "big")
+        assert drop < 0x80  # one varint byte
+        body += bytes([drop]) + suffix + b"\0"
+    return bytes(body) + hashlib.sha1(body).digest()
+
+
+def _v2_index(name: bytes) -> bytes:
+    entry = bytes(24) + (0o100644).to_bytes(4, "big") + bytes(12 + 20) + min(len(name), 0xFFF).to_bytes(2, "big") + name
+    entry += bytes(8 - len(entry) % 8)
+    body = b"DIRC" + (2).to_bytes(4, "big") + (1).to_bytes(4, "big") + entry
+    return body + hashlib.sha1(body).digest()
+
+
+# The peak is the process's own (VmHWM): ru_maxrss would keep the parent's across exec.
+_LIST_IN_A_CHILD = """
+import json, logging, re, sys, time
+from pathlib import Path
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from lookahead_lsp.workspace.files import list_source_files
+start = time.monotonic()
+files = list_source_files(Path(sys.argv[1])).files
+seconds = time.monotonic() - start
+peak_kib = int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+print(json.dumps({"files": [path.name for path in files], "seconds": seconds, "peak_mib": peak_kib / 1024}))
+"""
+
+CRAFTED = {
+    # N entries of 65 bytes, each "the previous name and one more byte": N*N/2 bytes of names.
+    "each name one byte longer": lambda: _v4_index([(0, b"a")] * 40_000),
+    # Names just under PATH_MAX, each differing from the previous in its last byte.
+    "long names, each one byte new": lambda: _v4_index([(0, b"a" * 4000)] + [(1, b"b")] * 40_000),
+    "one name of 8 MiB": lambda: _v4_index([(0, b"n" * (8 << 20))]),
+    "one name of 8 MiB, version 2": lambda: _v2_index(b"n" * (8 << 20)),
+}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the peak is read from /proc")
+@pytest.mark.parametrize("shape", CRAFTED)
+def test_a_crafted_index_costs_no_more_than_its_size(tmp_path: Path, shape: str) -> None:
+    """The audit's indexes, of a few MB, took listing to 1.6 GB and 12 s (and build-cache,
+    which lists the same way, past 2 minutes): refused, the folder is walked."""
+    repo = _checkout(tmp_path)
+    (repo / ".git" / "index").write_bytes(CRAFTED[shape]())
+    child = subprocess.run(
+        [sys.executable, "-c", _LIST_IN_A_CHILD, str(repo)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    listed = json.loads(child.stdout)
+
+    assert sorted(listed["files"]) == ["main.py", "x.py", "y.py"]
+    assert listed["peak_mib"] < 256
+    assert listed["seconds"] < 2.0
+    assert child.stderr.count("walking the folder instead") == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from([2, 3, 4]), body=st.binary(max_size=600), count=st.integers(0, 50))
+def test_any_bytes_are_entries_or_a_refusal(version: int, body: bytes, count: int) -> None:
+    data = b"DIRC" + version.to_bytes(4, "big") + count.to_bytes(4, "big") + body + bytes(20)
+    names = 0
+    try:
+        for entry in index_entries(data):
+            assert 0 < len(entry.name) <= NAME_MAX_BYTES
+            names += len(entry.name)
+    except IndexRefused:
+        pass
+    assert names <= NAMES_PER_INDEX_BYTE * len(data) + NAMES_SLACK_BYTES

@@ -88,14 +88,18 @@ await scenario(async (page, run) => {
   const cwds = daemonsRunning(serve).map((pid) => fs.readlinkSync(`/proc/${pid}/cwd`));
   if (cwds.length === 0 || cwds.some((cwd) => cwd !== empty)) throw new Error(`the daemon runs in ${cwds.join(', ')}, not ${empty}`);
   result.daemonCwd = cwds[0];
-  // The shared daemon the relay started keeps the relay's -I, and runs in the user's private
-  // runtime folder (mode 0700), where no repository's module can lie either.
+  // The shared daemon the relay started keeps the relay's -I and runs in a folder no other user
+  // can write (the root folder), where no repository's module can lie either.
+  const writableByOthers = (cwd) => {
+    const st = fs.statSync(cwd);
+    return (st.uid !== 0 && st.uid !== process.getuid()) || (st.mode & 0o022) !== 0;
+  };
   const shared = daemonsRunning(serve, true).map((pid) => fs.readlinkSync(`/proc/${pid}/cwd`));
-  if (shared.length === 0 || shared.some((cwd) => (fs.statSync(cwd).mode & 0o077) !== 0)) {
-    throw new Error(`no isolated shared daemon in a private folder: ${shared.join(', ') || 'none'}`);
+  if (shared.length === 0 || shared.some(writableByOthers)) {
+    throw new Error(`no isolated shared daemon in a folder only root or the user can write: ${shared.join(', ') || 'none'}`);
   }
   result.sharedDaemonCwd = shared[0];
-  step('installed daemon ready (status bar), isolated, in the empty folder; its shared daemon isolated too, in a private folder');
+  step('installed daemon ready (status bar), isolated, in the empty folder; its shared daemon isolated too, in a folder only root or the user can write');
 
   // The PATH the extension host ran pip and the daemon with (the daemon's environment): no
   // compiler, no CMake in any of its folders.

@@ -3,7 +3,8 @@ The daemon's folders, `complete` and `lookup-stats` all open theirs here, so eac
 same way: against the model's tokenizer, then whole (drafting refuses an unverified cache).
 
 Each is served from the user's store of verified private copies (native/static_cache_store.h):
-the first use copies the file there and verifies the copy, later uses map that copy in O(1).
+the first use checks the file, copies it there and verifies the copy, later uses map that copy
+in O(1).
 The file itself is never mapped, so rewriting or truncating it underneath changes nothing."""
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ from lookahead_lsp.base.safe_reads import open_regular_file
 
 @dataclass(frozen=True)
 class RepositoryCache:
-    """An opened, verified cache, how long opening (converting or copying included) and
-    verifying took, and why the store was not used ("" when it was)."""
+    """An opened, verified cache, and how long opening (converting, checking and copying
+    included) and verifying took."""
 
     cache: StaticCache
     open_ms: float
     verify_ms: float
-    store_error: str = ""
 
 
 def default_store(cache_dir: Path | None = None) -> Path:
@@ -43,9 +43,9 @@ def open_repository_cache(
     verifies it, through the store (default_store() unless given). accept_upstream: a
     llama.cpp lookup cache is taken too, converted to ours in a temporary file first.
     CacheError, one line naming the file, when it cannot be used: missing, not a regular file
-    (never waited on), damaged, or built for another tokenizer. A store that cannot be used
-    (another owner, writable by others, a full disk) only costs the O(1) open: the file is then
-    read into private memory, and store_error says why."""
+    (never waited on), damaged, built for another tokenizer, or refused by a store that cannot
+    take it (another owner, writable by others, a full disk). A file is never read into private
+    memory instead: one of holes behind a plausible header would cost its apparent size."""
     started = time.perf_counter()
     if accept_upstream and not _is_ours(path):
         cache = _converted(path, n_vocab, fingerprint)
@@ -56,9 +56,7 @@ def open_repository_cache(
         cache = StaticCache.open(str(path), n_vocab, fingerprint, store=str(folder))
     opened = time.perf_counter()
     cache.verify()
-    return RepositoryCache(
-        cache, (opened - started) * 1000.0, (time.perf_counter() - opened) * 1000.0, cache.store_error
-    )
+    return RepositoryCache(cache, (opened - started) * 1000.0, (time.perf_counter() - opened) * 1000.0)
 
 
 def _is_ours(path: Path) -> bool:

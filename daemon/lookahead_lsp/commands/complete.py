@@ -9,12 +9,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lookahead_lsp.engine import CompletionRequest, DecodeOptions, DraftCaches, Engine, EngineSettings
+from lookahead_lsp.engine import CompletionRequest, ContextChunk, DecodeOptions, DraftCaches, Engine, EngineSettings
 from lookahead_lsp.engine.stages import LOADING
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.models.resolve import resolve_model_path
 from lookahead_lsp.base.repository_cache import open_repository_cache
 from lookahead_lsp.workspace.index import WorkspaceIndex
+from lookahead_lsp.service.context import context_chunks
+from lookahead_lsp.workspace.retrieval import SOURCES as RETRIEVED
+from lookahead_lsp.workspace.retrieval import FolderRetrieval
 
 _POSITION = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<col>\d+)$")
 
@@ -79,9 +82,10 @@ def complete(args: argparse.Namespace) -> int:
     try:
         if args.draft == "auto":
             engine.prepare(_say)  # else the completion would measure the machine in silence
-        caches = _caches(engine, args)
+        caches, retrieval = _caches(engine, args)
         relative = _relative_name(path, args.workspace)
-        request = CompletionRequest(cursor.prefix, cursor.suffix, relative)
+        context = _retrieved(retrieval, path, cursor.prefix, args.workspace)
+        request = CompletionRequest(cursor.prefix, cursor.suffix, relative, context)
         result = engine.complete(request, options, caches)
     finally:
         engine.close()
@@ -113,9 +117,12 @@ def _summary(stats: dict[str, object], stop_reason: str) -> str:
     )
 
 
-def _caches(engine: Engine, args: argparse.Namespace) -> DraftCaches:
+def _caches(engine: Engine, args: argparse.Namespace) -> tuple[DraftCaches, FolderRetrieval | None]:
+    """The draft caches, and with --workspace the folder's retrieval (filled from the files
+    its index holds, as the daemon fills a folder's)."""
     tokenizer = engine.tokenizer
     workspace = None
+    retrieval = None
     if args.workspace:
         root = Path(args.workspace)
         if not root.is_dir():
@@ -124,10 +131,19 @@ def _caches(engine: Engine, args: argparse.Namespace) -> DraftCaches:
         _say(f"indexing {root}")
         index.index_folder(root, tokenizer)
         workspace = index.cache
+        retrieval = FolderRetrieval(root.absolute())
+        retrieval.rebuild(index.indexed_paths())
     repository = None
     if args.static_cache:
         repository = open_repository_cache(Path(args.static_cache), tokenizer.n_vocab, tokenizer.fingerprint).cache
-    return DraftCaches(workspace, repository)
+    return DraftCaches(workspace, repository), retrieval
+
+
+def _retrieved(retrieval: FolderRetrieval | None, path: Path, prefix: str, workspace: str | None) -> tuple[ContextChunk, ...]:
+    """The daemon's definitions and similar code for the document, from the workspace."""
+    if retrieval is None or workspace is None:
+        return ()
+    return context_chunks(RETRIEVED, retrieval, path.absolute(), prefix, [], lambda p, uri: _relative_name(p or path, workspace))
 
 
 def _relative_name(path: Path, workspace: str | None) -> str:

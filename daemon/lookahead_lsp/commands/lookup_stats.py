@@ -46,8 +46,6 @@ def lookup_stats(args: argparse.Namespace) -> int:
             # The fingerprint is computed once per tokenizer, outside the timed opening.
             fingerprint = tokenizer.fingerprint
             repository = open_repository_cache(Path(args.static_cache), tokenizer.n_vocab, fingerprint, True)
-            if repository.store_error:  # opened all the same, read into memory
-                print(f"note: {repository.store_error}", file=sys.stderr)
         # Upstream's "dynamic" cache: the workspace source, grown by the replay as upstream does.
         workspace = NgramCache(tokenizer.n_vocab)
         if args.dynamic_cache and Path(args.dynamic_cache).exists():

@@ -95,6 +95,7 @@ class CompletionRun:
             self.healed = self.tokenizer.piece(prompt.healed_token).decode("utf-8", "replace")
             self.heal_ids = self.inputs.heal_ids
         self.stats.prompt_tokens = len(prompt.tokens)
+        self.stats.context = [chunk.described(tokens) for chunk, tokens in prompt.chunks]
         if not prompt.tokens:
             return self._finish("end-of-generation")
         known = prompt.tokens[:-1]

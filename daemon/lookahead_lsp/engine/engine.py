@@ -49,11 +49,11 @@ class Engine:
         self.tokenizer = self.runtime.tokenizer
         self.prompts = PromptBuilder(self.tokenizer, self._bos(), self._fim_tokens())
         self._token_prefixes: TokenPrefixes | None = None
-        # The last request's text before the cursor and everything it generated: the
-        # "previous" draft source.
-        self.previous: tuple[str, str] | None = None
+        # The last request's owner, its text before the cursor and everything it generated: the
+        # "previous" draft source, for the next request of the same owner.
+        self.previous: tuple[str, str, str] | None = None
         self.snapshots = KvSnapshots(settings.kv_snapshot_mib * 2**20)
-        # The document the KV cache's prompt belongs to (its state is saved under that name),
+        # The owner of the KV cache's prompt (its state is saved under that name),
         # and the extra context that prompt was built with.
         self._kv_owner: str | None = None
         self._kv_context: tuple[ContextChunk, ...] = ()
@@ -170,11 +170,11 @@ class Engine:
         short = self._short_prompt(request, prompt, options)
         if short is not None:
             prompt, length = short
-            self._short.used(request.path, length, request.prefix, prompt.prefix_start)
+            self._short.used(request.identity or None, length, request.prefix, prompt.prefix_start)
         heal_ids = None
         if prompt.healed_token is not None:
             heal_ids = self.token_prefixes().starting_with(self.tokenizer.piece(prompt.healed_token))
-        rest = self.previous_continuation(request.prefix)
+        rest = self.previous_continuation(request.identity, request.prefix)
         self._take_kv(prompt, request)
         threads = self.threads.choose()
         self.runtime.set_threads(threads)
@@ -185,7 +185,7 @@ class Engine:
             result = run.execute()
         result.stats.threads = threads
         result.stats.short_prompt = short is not None
-        self.previous = (request.prefix, run.generated_text())
+        self.previous = (request.identity, request.prefix, run.generated_text())
         self._save_now_and_then()
         return result
 
@@ -196,7 +196,7 @@ class Engine:
         with the extra context that state was built with, when that spares evaluating it
         (kv_snapshots.py)."""
         prompt = self.build_prompt(request, options)
-        kept = self.snapshots.context_of(request.path) if request.path else None
+        kept = self.snapshots.context_of(request.identity) if request.identity else None
         if kept is None or kept == request.extra_context:
             return request, prompt
         again = dataclasses.replace(request, extra_context=kept)
@@ -223,9 +223,9 @@ class Engine:
         # Without the other files' context: cut to what the text before the cursor leaves, its
         # length, and with it the start of that text, would change at every key.
         alone = dataclasses.replace(options, windows=dataclasses.replace(options.windows, extra_tokens=0))
-        kept_start = self._short.start(request.path, request.prefix)
+        kept_start = self._short.start(request.identity or None, request.prefix)
         best: tuple[Prompt, int, int] | None = None
-        for length in self._short.candidates(request.path, options.cold_prompt_ms, token_ms):
+        for length in self._short.candidates(request.identity or None, options.cold_prompt_ms, token_ms):
             if length >= len(prompt.tokens):
                 continue
             shorts = [self.build_prompt(request, alone, length, locate=True)]
@@ -276,7 +276,7 @@ class Engine:
         """Before `prompt` is evaluated: the state it replaces is saved, and a saved one that
         serves it better is put back (kv_snapshots.py); the cache is labelled as its."""
         self.snapshots.prepare(self.runtime, prompt.tokens, self._kv_owner, self._kv_context)
-        self._kv_owner, self._kv_context = request.path or None, request.extra_context
+        self._kv_owner, self._kv_context = request.identity or None, request.extra_context
 
     def build_prompt(
         self,
@@ -297,13 +297,13 @@ class Engine:
         budget = room if max_prompt is None else min(room, max_prompt)
         return self.prompts.build(request, options.windows, budget, heal, prefix_start, locate)
 
-    def previous_continuation(self, prefix: str) -> str:
-        """What the last completion predicted after `prefix`, when the user typed the beginning
-        of it since: its remaining text (else "")."""
+    def previous_continuation(self, owner: str, prefix: str) -> str:
+        """What the last completion of `owner` predicted after `prefix`, when the user typed
+        the beginning of it since: its remaining text (else "")."""
         if self.previous is None:
             return ""
-        last_prefix, last_text = self.previous
-        if not prefix.startswith(last_prefix):
+        last_owner, last_prefix, last_text = self.previous
+        if not owner or owner != last_owner or not prefix.startswith(last_prefix):
             return ""
         typed = prefix[len(last_prefix) :]
         return last_text[len(typed) :] if last_text.startswith(typed) else ""

@@ -16,7 +16,10 @@ Under one start the newer state replaces the older, unless it holds only a begin
 A prompt starts with context from other recently edited files, and switching files changes
 which those are: coming back to a file, its prompt would differ from its saved state from the
 first token. So each state keeps the context it was built with, and the engine builds the
-prompt with that context again when this lets the state serve (`context_of`)."""
+prompt with that context again when this lets the state serve (`context_of`): only for the same
+owner, the session and document the state was saved for. Another window's document of the same
+relative name shares tokens at most, and a restored state keeps only the tokens the new prompt
+shares with it."""
 
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ MIN_GAIN_TOKENS = 64
 # A state's start: this many of its first tokens.
 _START_TOKENS = 32
 
-# A saved state's key: its document and a digest of its start.
+# A saved state's key: its owner (session and document) and a digest of its start.
 Key = tuple[str, int]
 
 
@@ -64,7 +67,9 @@ class KvSnapshots:
         return len(self._states)
 
     def context_of(self, owner: str) -> Context | None:
-        """The extra context the last saved state of `owner` was built with, if one is kept."""
+        """The extra context the last saved state of `owner` (a request's owner: its session
+        and document) was built with, if one is kept. Only the same owner's: another's context
+        holds text its own request may not see."""
         kept = any(key[0] == owner for key in self._states)
         return self._contexts.get(owner) if kept else None
 
@@ -85,6 +90,9 @@ class KvSnapshots:
         best_key, best = self._best(tokens)
         if best_key is not None and best - have >= MIN_GAIN_TOKENS:
             runtime.load_state(self._states[best_key])
+            # Only what this prompt itself would evaluate stays: the state's tail (another
+            # document's text, when the state was saved for one of the same start) goes now.
+            runtime.truncate(best)
             self._states.move_to_end(best_key)
             self.stats.restored += 1
             self.stats.tokens_restored += best - have

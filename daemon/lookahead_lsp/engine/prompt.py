@@ -25,10 +25,19 @@ _DASH_COMMENT = frozenset({".lua", ".sql", ".hs", ".elm", ".ada"})
 
 @dataclass(frozen=True)
 class ContextChunk:
-    """Text from another file that may help (the daemon picks recently edited files)."""
+    """Text from another file that may help: lines [start, end) (0-based; (0, 0) when not
+    known) of path, and why it was chosen (the daemon's context sources: definitions, similar,
+    recent)."""
 
     path: str
     text: str
+    lines: tuple[int, int] = (0, 0)
+    why: str = "recent"
+
+    def described(self, tokens: int) -> dict[str, object]:
+        """As status and `complete --json` show it: 1-based lines, the tokens it took."""
+        start, end = self.lines
+        return {"path": self.path, "lines": [start + 1, end] if end else None, "why": self.why, "tokens": tokens}
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,18 @@ class CompletionRequest:
     path: str = ""  # the document's path, relative to its workspace where possible
     extra_context: tuple[ContextChunk, ...] = ()
     repository: str = ""  # the workspace's name, for models with a repository token
+    # Who the document is, across every session and folder the engine serves (the session and
+    # the document's absolute URI): what the engine keeps of one request for the next (saved
+    # KV states' contexts, a short prompt's start, the previous completion) serves only
+    # requests of the same owner, never another window's file of the same relative name.
+    # Empty: the path stands for it, for a caller that serves one folder of one user (the
+    # command line, the benchmarks); the daemon always names it.
+    owner: str = ""
+
+    @property
+    def identity(self) -> str:
+        """The owner what the engine keeps for the next request is kept under ("" for none)."""
+        return self.owner or self.path
 
 
 @dataclass(frozen=True)
@@ -72,6 +93,8 @@ class Prompt:
     # Where in the request's prefix the prompt's part of it starts (None: not at a known
     # character, its front having been cut by tokens).
     prefix_start: int | None = None
+    # The extra chunks that fit, each with the tokens it took (its header's included).
+    chunks: list[tuple[ContextChunk, int]] = field(default_factory=list)
 
 
 def comment_marker(path: str) -> str:
@@ -149,7 +172,11 @@ class PromptBuilder:
         else:
             tokens = self._plain_layout(chunks, prefix_tokens)
         sources = [prefix_tokens, suffix_tokens, *(c for _, c in chunks)]
-        return Prompt(tokens, [s for s in sources if len(s)], self.fim is not None, healed, start)
+        used = [(chunk, taken) for chunk, taken in zip(request.extra_context, self._chunk_sizes(chunks))]
+        return Prompt(tokens, [s for s in sources if len(s)], self.fim is not None, healed, start, used)
+
+    def _chunk_sizes(self, chunks: list[tuple[bytes, TokenArray]]) -> list[int]:
+        return [len(self.tokenizer.tokenize(header)) + len(body) for header, body in chunks]
 
     def _prefix_tokens(
         self, prefix: str, budget: int, start: int | None, locate: bool

@@ -23,6 +23,8 @@ class CompletionStats:
     ms_total: float = 0.0
     threads: int = 0  # the model's threads for this completion (threads.py)
     short_prompt: bool = False  # its prompt was cold and cut short (cold_prompt.py)
+    # The other files' chunks in its prompt: path, lines, why, tokens (ContextChunk.described).
+    context: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def tokens_per_pass(self) -> float:
@@ -50,6 +52,7 @@ class CompletionStats:
             "ms_total": round(self.ms_total, 2),
             "tokens_per_s": round(self.tokens_per_s, 2),
             "threads": self.threads,
+            "context": list(self.context),
             "short_prompt": self.short_prompt,
         }
 

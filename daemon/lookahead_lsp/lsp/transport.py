@@ -16,7 +16,8 @@ initialize request (an HTTP request, garbage, a port scan) or comes later than
 HANDSHAKE_TIMEOUT_S, or when its token is missing or wrong. At most MAX_WAITING connections wait
 to be decided, and a new one drops the oldest: connections that say nothing cannot keep the
 token holder out, who sends the token at once. A refused, dropped or broken connection never
-ends the daemon: it goes on listening, its model and indexes loaded."""
+ends the daemon: it goes on listening, its model and indexes loaded. A refused connection gets
+no byte back, which tells a relay (relay.py) to serve its editor in its own process."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ import contextlib
 import logging
 import os
 import socket
-import struct
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 from pygls.io_ import StdoutWriter
 
 from lookahead_lsp.lsp.framing import READ_CHUNK, Frame, FrameError, FrameReader
-from lookahead_lsp.lsp.listeners import TOKEN_OPTION, Listener, token_matches
+from lookahead_lsp.lsp.listeners import TOKEN_OPTION, Listener, token_matches, unix_peer_uid
 from lookahead_lsp.lsp.rpc import LookaheadProtocol
 from lookahead_lsp.lsp.tcp_peers import PeerOwners, tcp_connection
 
@@ -83,7 +83,8 @@ class Session:
 
 def serve_socket(new_session: Callable[[], Session], listener: Listener, idle_exit_s: float | None = None) -> None:
     """Serves clients on listener, each in a session of its own, until SIGINT (SIGTERM is the
-    caller's) or, with idle_exit_s, until no client has been connected for that long."""
+    caller's) or, with idle_exit_s, until no connection has been open for that long (one still
+    to send its initialize counts: a relay connecting then is not dropped)."""
     try:
         asyncio.run(_Gate(new_session, listener, idle_exit_s).serve())
     except KeyboardInterrupt:
@@ -112,14 +113,17 @@ class _Gate:
         self._new_session = new_session
         self._listener = listener
         self._sessions = 0
+        # Open connections, from their accept on: one still to send its initialize (a relay
+        # started a moment before the idle exit) keeps the daemon as a client does.
+        self._connections = 0
         self._idle_exit_s = idle_exit_s
         self._idle_timer: asyncio.TimerHandle | None = None
         self._done = asyncio.Event()
         self._waiting: list[_Connection] = []  # reading their first message, oldest first
-        self._owners = PeerOwners.of(listener.sock) if listener.unix_path is None else None
+        self._owners = PeerOwners.of(listener.sock) if listener.unix_folder is None else None
 
     async def serve(self) -> None:
-        if self._listener.unix_path is not None:
+        if self._listener.unix_folder is not None:
             server = await asyncio.start_unix_server(self._connected, sock=self._listener.sock)
         else:
             server = await asyncio.start_server(self._connected, sock=self._listener.sock)
@@ -128,21 +132,33 @@ class _Gate:
             await self._done.wait()
 
     def _idle(self) -> None:
-        """No client is connected: the daemon leaves if none comes within idle_exit_s."""
+        """No connection is open: the daemon leaves if none comes within idle_exit_s."""
         if self._idle_exit_s is not None:
             loop = asyncio.get_running_loop()
             self._idle_timer = loop.call_later(self._idle_exit_s, self._leave_if_idle)
 
     def _leave_if_idle(self) -> None:
-        if self._sessions == 0:
+        if self._connections == 0:
             _LOG.info("no client for %g s: leaving", self._idle_exit_s)
             self._done.set()
+
+    def _opened(self) -> None:
+        self._connections += 1
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _closed(self) -> None:
+        self._connections -= 1
+        if self._connections == 0:
+            self._idle()
 
     def _full(self) -> bool:
         return self._sessions >= MAX_SESSIONS
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = _Connection(writer, _peer_name(writer))
+        self._opened()
         try:
             frames = FrameReader(lambda: reader.read(READ_CHUNK))
             first = await self._admitted(frames, connection)
@@ -151,6 +167,7 @@ class _Gate:
         except OSError as error:
             _LOG.info("%s: connection lost (%s)", connection.peer, error)
         finally:
+            self._closed()
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
@@ -236,9 +253,6 @@ class _Gate:
         self, frames: FrameReader, writer: asyncio.StreamWriter, first: Frame, peer: str
     ) -> None:
         self._sessions += 1
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
         _LOG.info("%s connected (%d clients)", peer, self._sessions)
         session = self._new_session()
         protocol = session.protocol
@@ -254,8 +268,6 @@ class _Gate:
             await asyncio.to_thread(session.close)
             self._sessions -= 1
             _LOG.info("%s disconnected (%d clients)", peer, self._sessions)
-            if self._sessions == 0:
-                self._idle()
 
 
 def _log_refusal(peer: str, error: Exception) -> None:
@@ -287,13 +299,9 @@ def _peer_name(writer: asyncio.StreamWriter) -> str:
 def _unix_peer_other_user(sock: Any) -> str | None:
     """Why a Unix socket's peer is not served (it runs as another user), else None; None too
     where the system does not say (the socket's mode keeps others out there)."""
-    option = getattr(socket, "SO_PEERCRED", None)
-    if option is None:
+    uid = unix_peer_uid(sock)
+    if uid is None or uid == os.getuid():
         return None
-    credentials = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
-    pid, uid, _ = struct.unpack("3i", credentials)
-    if uid == os.getuid():
-        return None
-    return f"process {pid} runs as uid {uid}, not as this user"
+    return f"its process runs as uid {uid}, not as this user"
 
 

@@ -33,11 +33,11 @@ from urllib.parse import urlsplit
 from lookahead_lsp import __version__
 from lookahead_lsp.models.catalogue import ModelSource, Pin, pulled_path
 from lookahead_lsp.base.errors import UserError
+from lookahead_lsp.base.private_folders import FOLDER_FLAGS, open_private_subfolder
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _HASH_BLOCK = 1 << 20
 _PARTIAL_FOLDER = ".partial"
-_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 # Reopening a partial file: never through a link, never blocking on a FIFO.
 _REOPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -179,7 +179,7 @@ class _Partial:
 def _partial(target: Path, name: str, source: ModelSource, say: Say) -> Iterator[_Partial]:
     """The partial file `name` for target, reopened to resume or created empty."""
     folder = target.parent / _PARTIAL_FOLDER
-    target_fd = os.open(target.parent, _FOLDER_FLAGS)
+    target_fd = os.open(target.parent, FOLDER_FLAGS)
     try:
         folder_fd = _private_folder(target_fd, folder)
         try:
@@ -193,22 +193,10 @@ def _partial(target: Path, name: str, source: ModelSource, say: Say) -> Iterator
 
 
 def _private_folder(parent_fd: int, path: Path) -> int:
-    """A descriptor of the folder `path` (in parent_fd), created with mode 0700 if missing; a
-    link, or a folder another user owns or may enter, is refused."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path.name, 0o700, dir_fd=parent_fd)
     try:
-        descriptor = os.open(path.name, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
-    except OSError as error:
-        raise UserError(f"{path} is not a folder of yours ({error.strerror}): delete it") from None
-    status = os.fstat(descriptor)
-    if status.st_uid != os.getuid() or status.st_mode & 0o077:
-        os.close(descriptor)
-        raise UserError(
-            f"{path} is not a private folder of yours (owner uid {status.st_uid}, mode "
-            f"{stat.S_IMODE(status.st_mode):o}): delete it"
-        )
-    return descriptor
+        return open_private_subfolder(parent_fd, path)
+    except UserError as error:
+        raise UserError(f"{error}: delete it") from None
 
 
 @contextlib.contextmanager

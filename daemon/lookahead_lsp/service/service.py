@@ -23,7 +23,8 @@ from typing import Any
 from lookahead_lsp import __version__
 from lookahead_lsp.service.model_host import LoadedModel, ModelHost, ModelKey
 from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache, answer_key, chain, resolve
-from lookahead_lsp.service.documents import Document, OpenDocuments, recent_chunks
+from lookahead_lsp.service.context import context_chunks
+from lookahead_lsp.service.documents import Document, OpenDocuments
 from lookahead_lsp.engine import (
     CancelToken,
     Completion,
@@ -413,7 +414,10 @@ class LookaheadService:
             # On the worker: a request queued while the model loads finds the folders that open
             # once it is loaded.
             place = self._place(uri, path)
-            request = CompletionRequest(prefix, suffix, place.name, recent_chunks(recent, self._name), place.repository)
+            sources = settings.context_sources if settings.extra_context_tokens else ()
+            retrieval = place.folder.retrieval if place.folder is not None else None
+            chunks = context_chunks(sources, retrieval, path, prefix, self._of_folder(recent, place), self._name)
+            request = CompletionRequest(prefix, suffix, place.name, chunks, place.repository, owner=self._session + uri)
             if warm:
                 return self._warm(request, options, cancel)
             return self._run(uri, path, place, request, options, cancel, ahead)
@@ -493,6 +497,11 @@ class LookaheadService:
     def _place(self, uri: str, path: Path | None) -> Place:
         folder = self.workspace.of(path)
         return Place(folder, _name(path, uri, folder), folder.root.name if folder is not None else "")
+
+    def _of_folder(self, recent: list[tuple[str, Document]], place: Place) -> list[tuple[str, Document]]:
+        """The documents of `recent` in the request's own workspace folder (outside every
+        folder: those outside every folder too): a prompt carries no text of another folder."""
+        return [(uri, doc) for uri, doc in recent if self.workspace.of(doc.path) is place.folder]
 
     def _name(self, path: Path | None, uri: str) -> str:
         """A document's name in a prompt: relative to its folder."""

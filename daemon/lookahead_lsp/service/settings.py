@@ -75,6 +75,18 @@ def _check_ignore_globs(globs: tuple[str, ...]) -> None:
     compile_patterns(globs)
 
 
+# Where the prompt's context from other files comes from (service/context.py), in the order given.
+CONTEXT_SOURCES = ("definitions", "similar", "recent")
+
+
+def _check_context_sources(sources: tuple[str, ...]) -> None:
+    unknown = [source for source in sources if source not in CONTEXT_SOURCES]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not one of {', '.join(CONTEXT_SOURCES)}")
+    if len(set(sources)) != len(sources):
+        raise ValueError("a source named twice")
+
+
 def _setting(default: Any, description: str, **spec: Any) -> Any:
     return field(default=default, metadata={"setting": SettingSpec(description, **spec)})
 
@@ -99,7 +111,12 @@ class Settings:
     prefix_tokens: int = _setting(1536, "Token budget for the text before the cursor.", minimum=16, maximum=32768)
     suffix_tokens: int = _setting(256, "Token budget for the text after the cursor.", minimum=0, maximum=32768)
     extra_context_tokens: int = _setting(
-        512, "Token budget for context from recently edited other files.", minimum=0, maximum=32768
+        512, "Token budget for context from the folder's other files (see `contextSources`).", minimum=0, maximum=32768
+    )
+    context_sources: tuple[str, ...] = _setting(
+        CONTEXT_SOURCES,
+        "Where the prompt's context from other files of the folder comes from, in this order: `definitions` (where the names used above the cursor are defined), `similar` (code like the lines above the cursor, in the files those come from and those the file imports), `recent` (around the last edits of other open documents). Empty: none.",
+        check=_check_context_sources,
     )
     static_cache_path: str | None = _setting(
         None,

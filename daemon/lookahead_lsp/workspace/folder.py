@@ -3,7 +3,8 @@ saved copy, then brought in line with the files), the watcher that follows the d
 repository cache (a static cache file, the repository draft source), and the folder's own
 thread.
 
-The thread indexes the folder once, starts the watcher, then applies the editor's text. The
+The thread indexes the folder once, fills the folder's retrieval from the files indexed (the
+context prompts take from other files), starts the watcher, then applies the editor's text. The
 editor's text enters through a queue that keeps the latest text per path (None: the document
 was closed, back to the disk's content): recording it is all the caller's thread does, so a
 keystroke costs nothing there whatever the file's size; the thread tokenizes each document once
@@ -33,6 +34,7 @@ from lookahead_lsp.base.priority import lower_this_thread
 from lookahead_lsp.base.tokenizer import Tokenizer
 from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
 from lookahead_lsp.workspace.index_stats import IndexProgress, IndexStatus
+from lookahead_lsp.workspace.retrieval import FolderRetrieval
 from lookahead_lsp.workspace.store import store_path_for
 from lookahead_lsp.workspace.watcher import EventKind, WatcherStatus, WorkspaceWatcher
 
@@ -93,6 +95,9 @@ class WorkspaceFolder:
             tokenizer_lock=tokenizer_lock,
             settings=IndexSettings(ignore=settings.ignore, memory_budget=settings.memory_budget),
         )
+        # Context for prompts from the folder's files on disk (retrieval.py): filled from the
+        # index's files once it has indexed them, then kept current by its disk changes.
+        self.retrieval = FolderRetrieval(root)
         self._watcher: WorkspaceWatcher | None = None
         self._thread = threading.Thread(target=self._run, name=f"folder {root.name}", daemon=True)
         self._indexed = threading.Event()
@@ -221,6 +226,8 @@ class WorkspaceFolder:
         )
         if self._is_stopping():
             return
+        self.index.set_disk_listener(self._disk_changed)
+        self.retrieval.rebuild(self.index.indexed_paths(), self._is_stopping)
         # Documents opened meanwhile: the editor's text wins over the disk's.
         with self._condition:
             edits, self._edits, self._batch_started = self._edits, {}, None
@@ -228,6 +235,12 @@ class WorkspaceFolder:
         watcher = WorkspaceWatcher(self.index, on_mode=self._client.status_changed)
         watcher.start()
         self._watcher = watcher
+
+    def _disk_changed(self, path: Path, held: bool) -> None:
+        if held:
+            self.retrieval.update(path)
+        else:
+            self.retrieval.remove(path)
 
     def _next_edits(self) -> dict[Path, str | None] | None:
         """The next batch of editor text, `debounce_s` after its first change; None when
@@ -314,8 +327,6 @@ class WorkspaceFolder:
         except CacheError as error:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {error}")
             return
-        if opened.store_error:
-            self._client.log(logging.WARNING, f"static cache {path} read into memory: {opened.store_error}")
         self._repository, self._repository_path = opened.cache, path
 
 

@@ -142,6 +142,7 @@ class WorkspaceIndex:
         # Per open document, its last text's pieces and their tokens (tokenize_edited_text);
         # guarded by the tokenizer lock, like every single-file update.
         self._editor_pieces: dict[Path, dict[bytes, TokenArray]] = {}
+        self._disk_listener: Callable[[Path, bool], None] | None = None
 
     @property
     def cache(self) -> NgramCache:
@@ -152,6 +153,17 @@ class WorkspaceIndex:
         """What drafting reads: the cache, or the folder table with the changes on top."""
         with self._lock:
             return self._view
+
+    def set_disk_listener(self, listener: Callable[[Path, bool], None] | None) -> None:
+        """listener(path, held) after each file is brought in line with the disk once indexed
+        (a disk event, a document closed): held, whether the index holds the file now (its
+        editor text, for an open document). Called on the thread that applied the change."""
+        self._disk_listener = listener
+
+    def indexed_paths(self) -> list[Path]:
+        """Every file the index holds, sorted."""
+        with self._lock:
+            return sorted({*self._files.records, *self._files.spooled})
 
     @property
     def root(self) -> Path | None:
@@ -531,7 +543,17 @@ class WorkspaceIndex:
     # Single-file updates (the caller holds the tokenizer lock)
 
     def _refresh(self, key: Path, listed: bool = False) -> Outcome:
-        """Brings one file in line with the disk, unless it is open in the editor."""
+        """Brings one file in line with the disk, unless it is open in the editor; then tells
+        the listener (set_disk_listener) whether the index holds the file."""
+        outcome = self._refresh_file(key, listed)
+        listener = self._disk_listener
+        if listener is not None:
+            with self._lock:
+                held = key in self._files.records or key in self._files.spooled
+            listener(key, held)
+        return outcome
+
+    def _refresh_file(self, key: Path, listed: bool) -> Outcome:
         with self._lock:
             if key in self._files.open:
                 return "ignored"

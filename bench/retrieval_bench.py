@@ -1,0 +1,89 @@
+"""What retrieval (workspace/retrieval.py) costs on a large folder: filling the symbol table
+from every file the index would hold, its memory, and the time one request's context takes,
+on a new line (nothing cached) and at the following keys of that line.
+
+The folder: --folder, default /usr/include (C and C++ headers; ~130 MB here), listed as the
+index lists a folder (workspace/files.list_source_files: .gitignore, generated and oversized
+files left out). Requests: --requests cursors drawn with --seed, each at a line start in the
+middle 60 % of a file of the folder, the file's text before it as the prefix.
+
+    .venv/bin/python bench/retrieval_bench.py [--folder DIR] [--requests 400] [--seed 1] [--json OUT]
+"""
+
+from __future__ import annotations
+
+# Before numpy: on a CUDA build, numpy loaded before llama.cpp's libraries made the model load
+# crash (SIGSEGV in llama_model_load_from_file); lookahead_lsp loads them first.
+import lookahead_lsp  # noqa: F401  # isort: skip
+import argparse
+import json
+import random
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lookahead_lsp.workspace.files import list_source_files
+from lookahead_lsp.workspace.retrieval import FolderRetrieval
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 1e6
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    return {"p50": round(float(np.percentile(values, 50)), 3), "p95": round(float(np.percentile(values, 95)), 3),
+            "max": round(max(values), 3)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--folder", type=Path, default=Path("/usr/include"))
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    root = args.folder.resolve()
+    started = time.perf_counter()
+    files = list_source_files(root).files
+    listed_s = time.perf_counter() - started
+    megabytes = sum(path.stat().st_size for path in files) / 1e6
+    rss_before = _rss_mb()
+    retrieval = FolderRetrieval(root)
+    started = time.perf_counter()
+    retrieval.rebuild(files)
+    filled_s = time.perf_counter() - started
+    rss_after = _rss_mb()
+    rng = random.Random(args.seed)
+    new_line, same_line, chunks = [], [], []
+    for _ in range(args.requests):
+        path = rng.choice(files)
+        lines = path.read_text(errors="replace").split("\n")
+        if len(lines) < 20:
+            continue
+        at = rng.randrange(len(lines) * 2 // 10, len(lines) * 8 // 10)
+        prefix = "\n".join(lines[:at]) + "\n"
+        started = time.perf_counter()
+        found = retrieval.retrieve(path, prefix)
+        new_line.append((time.perf_counter() - started) * 1e3)
+        chunks.append(len(found))
+        for typed in ("x", "x = ", "x = f("):
+            started = time.perf_counter()
+            again = retrieval.retrieve(path, prefix + typed)
+            same_line.append((time.perf_counter() - started) * 1e3)
+            assert again == found, "the chunks changed within a line"
+    report = {
+        "folder": str(root), "files": len(files), "mb": round(megabytes, 1), "listing_s": round(listed_s, 2),
+        "fill_s": round(filled_s, 2), "table_rss_mb": round(rss_after - rss_before, 1),
+        "new_line_ms": _percentiles(new_line), "same_line_ms": _percentiles(same_line),
+        "chunks_mean": round(sum(chunks) / len(chunks), 2), "requests": len(new_line),
+    }  # fmt: skip
+    print(json.dumps(report, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,363 @@
+"""Context for a prompt chosen from the folder's own files: the definitions of the names the code
+near the cursor uses, then code that looks like it (the retrieval of CrossCodeEval and RepoCoder,
+on the daemon's own index).
+
+What is read: only the files the folder's index holds (listed as indexed, so .gitignore,
+`ignoreGlobs`, the size cap and the inside-the-folder check all applied), as they are on disk,
+read again through workspace/files.read_source. Never an editor's unsaved text (that belongs to
+a window, and a shared folder serves several), never another folder's file, never the file the
+request is for.
+
+The symbol table (symbols.py) maps each defined name to the files that define it and is kept
+current file by file (update / remove, from the index's changes); a file's lines and the
+identifiers of its windows are read when a request needs them and kept for a few files. The
+query is the text above the cursor's line (the current function, the file's imports), never the
+line being typed, so the chosen chunks stay the same from keystroke to keystroke within a line
+and the prompt (whose chunks come first) keeps its KV state.
+
+Order: definitions of the names used nearest the cursor first (in files the current file
+imports, then nearest in the tree), then windows of those files and of the imported ones ranked
+by Jaccard similarity of their identifiers to the last lines above the cursor, skipping what
+overlaps a definition already chosen."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import re
+
+from lookahead_lsp.workspace.files import DEFAULT_MAX_BYTES, Unindexable, read_source
+from lookahead_lsp.workspace.symbols import Definition, definitions, imported_names, language_of
+
+DEFINITIONS = "definitions"
+SIMILAR = "similar"
+SOURCES = (DEFINITIONS, SIMILAR)
+
+# Linear patterns (one class, then an optional literal and one class): Python's `re` is safe here.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ATTRIBUTE_OR_NAME = re.compile(r"(\.|->|::)?([A-Za-z_][A-Za-z0-9_]*)")
+# The names looked up: those of this many lines above the cursor's, nearest first.
+_QUERY_LINES = 40
+# A file's imports are looked for in its first lines only (a request must not scan the file).
+_HEAD_LINES = 200
+# The similarity query: identifiers of this many lines above the cursor's.
+_SIMILAR_QUERY_LINES = 12
+_WINDOW_LINES = 12
+_WINDOW_STEP = 6
+_MIN_SIMILARITY = 0.15
+_MAX_DEFINITIONS = 6
+_MAX_SIMILAR = 3
+# Files an imported name may resolve to, and files searched for similar code.
+_PER_STEM = 2
+_SIMILAR_FILES = 4
+# Larger files give definitions but are not searched for similar code (their windows would
+# cost a request too much the first time).
+_SIMILAR_MAX_BYTES = 256 * 1024
+# Files whose lines and windows are kept between requests.
+_CACHED_FILES = 32
+# Results kept per document: the last query's answer, reused while the text above the line is
+# unchanged.
+_CACHED_ANSWERS = 64
+# A name defined in more files than this says little about which one is meant.
+_MAX_DEFINERS = 8
+# Keywords and the builtins of the languages retrieval knows: names no file of a folder is the
+# definition of that matters.
+_COMMON = frozenset(
+    "self cls this None True False null undefined true false return if else for while in is not and or "
+    "def class function const let var int char void static struct unsigned long import from export "
+    "new typeof sizeof case break continue default print len str int float list dict set tuple range "
+    "next iter open type object super isinstance getattr setattr hasattr min max sum sorted any all "
+    "enumerate zip map filter repr bool bytes format id hash callable vars dir exec eval input "
+    "console require module exports Object Array String Number Promise Error JSON Math Date "
+    "size_t uint8_t uint16_t uint32_t uint64_t int8_t int16_t int32_t int64_t bool NULL".split()
+)
+
+
+@dataclass(frozen=True)
+class RetrievedChunk:
+    """Lines [start, end) (0-based) of path, chosen because of `why` (DEFINITIONS, SIMILAR)."""
+
+    path: Path
+    start: int
+    end: int
+    why: str
+    text: str
+
+
+@dataclass(frozen=True)
+class _FileSymbols:
+    definitions: tuple[Definition, ...]
+    imports: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _FileLines:
+    stamp: tuple[int, int]
+    lines: tuple[str, ...]
+    windows: tuple[frozenset[str], ...]  # identifiers of lines [i * _WINDOW_STEP, + _WINDOW_LINES)
+
+
+class FolderRetrieval:
+    """The symbol table of one folder's files. Any thread may call any method."""
+
+    def __init__(self, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.root = root
+        self._real_root = os.path.realpath(root)
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._files: dict[Path, _FileSymbols] = {}
+        self._definers: dict[str, list[tuple[Path, Definition]]] = {}
+        self._by_stem: dict[str, set[Path]] = {}
+        self._lines: OrderedDict[Path, _FileLines] = OrderedDict()
+        self._answers: OrderedDict[tuple[Path, str, int], tuple[RetrievedChunk, ...]] = OrderedDict()
+
+    # -- the table -----------------------------------------------------------------------------
+
+    def rebuild(self, paths: Iterable[Path], stopping: Callable[[], bool] = lambda: False) -> None:
+        """Reads every file of paths (the index's) into the table."""
+        for path in paths:
+            if stopping():
+                return
+            self.update(path)
+
+    def update(self, path: Path) -> None:
+        """The file as it is on disk now (gone or unreadable: removed)."""
+        text = self._read(path)
+        if text is None:
+            self.remove(path)
+            return
+        language = language_of(path.suffix)
+        found = _FileSymbols(tuple(definitions(text, language)), frozenset(imported_names(text, language)[0]))
+        with self._lock:
+            self._forget(path)
+            self._files[path] = found
+            for definition in found.definitions:
+                self._definers.setdefault(definition.name, []).append((path, definition))
+            self._by_stem.setdefault(_stem(path), set()).add(path)
+            self._lines.pop(path, None)
+            self._answers.clear()
+
+    def remove(self, path: Path) -> None:
+        with self._lock:
+            self._forget(path)
+            self._lines.pop(path, None)
+            self._answers.clear()
+
+    @property
+    def files(self) -> int:
+        with self._lock:
+            return len(self._files)
+
+    def _forget(self, path: Path) -> None:
+        old = self._files.pop(path, None)
+        if old is None:
+            return
+        for name in {definition.name for definition in old.definitions}:
+            kept = [entry for entry in self._definers.get(name, ()) if entry[0] != path]
+            if kept:
+                self._definers[name] = kept
+            else:
+                self._definers.pop(name, None)
+        stems = self._by_stem.get(_stem(path))
+        if stems is not None:
+            stems.discard(path)
+            if not stems:
+                del self._by_stem[_stem(path)]
+
+    def _read(self, path: Path) -> str | None:
+        try:
+            data, _ = read_source(path, self._real_root, self._max_bytes)
+        except (Unindexable, OSError):
+            return None
+        if b"\0" in data[:8192]:
+            return None
+        return data.decode("utf-8", "replace")
+
+    # -- a request's context -------------------------------------------------------------------
+
+    def retrieve(self, path: Path | None, prefix: str, sources: Sequence[str] = SOURCES) -> tuple[RetrievedChunk, ...]:
+        """The chunks for a request on path (None: a document of no file) whose text before the
+        cursor is prefix: definitions, then similar code, as sources asks, best first. The
+        same for every prefix that differs only in the cursor's line."""
+        path = Path(os.path.abspath(path)) if path is not None else None  # as the index keys files
+        above = prefix[: prefix.rfind("\n") + 1]
+        start = _line_start_before(above, _QUERY_LINES)
+        # The lines above the cursor's, and the file's imports (at its head): the query.
+        head = _import_lines(above[: min(start, _nth_line_end(above, _HEAD_LINES))])
+        query = head + above[start:]
+        key = (path or Path(), query, hash(tuple(sources)))
+        with self._lock:
+            kept = self._answers.get(key)
+            if kept is not None:
+                self._answers.move_to_end(key)
+                return kept
+        chunks = self._choose(path, query, len(head), sources)
+        with self._lock:
+            self._answers[key] = chunks
+            while len(self._answers) > _CACHED_ANSWERS:
+                self._answers.popitem(last=False)
+        return chunks
+
+    def _choose(self, path: Path | None, query: str, start: int, sources: Sequence[str]) -> tuple[RetrievedChunk, ...]:
+        """query: the file's import lines, then (from start) the lines above the cursor's."""
+        language = language_of(path.suffix) if path is not None else "other"
+        imported, imported_symbols = imported_names(query, language)
+        with self._lock:
+            saved = self._files.get(path) if path is not None else None
+        own = {d.name for d in definitions(query[start:], language)}
+        own |= {d.name for d in saved.definitions} if saved is not None else set()
+        nearby, attributes = _names_nearest_first(query[start:])
+        # Names the file imports by name first, then the rest, each group nearest first.
+        used = [n for n in nearby if n not in own and n not in _COMMON and len(n) > 2]
+        names = [n for n in used if n in imported_symbols] + [n for n in used if n not in imported_symbols]
+        with self._lock:
+            # A stem many files share (types.h) names the nearest ones.
+            imported_files = {
+                p
+                for stem in imported
+                for p in sorted(self._by_stem.get(stem, ()), key=lambda p: (_distance(p, path), str(p)))[:_PER_STEM]
+                if p != path
+            }
+            picked: list[tuple[Path, Definition]] = []
+            for name in names:
+                found = [
+                    (holder, d)
+                    for holder, d in self._definers.get(name, ())
+                    if holder != path and (d.top or name in attributes)
+                ]
+                holders = {holder for holder, _ in found}
+                # A method name (`.get`) defined in several files says nothing of which is meant.
+                limit = _MAX_DEFINERS if any(d.top for _, d in found) else 2
+                if not found or len(holders) > limit:
+                    continue
+                picked.append(min(found, key=lambda f: (f[0] not in imported_files, not f[1].top, _distance(f[0], path), str(f[0]), f[1].line)))
+                if len(picked) >= _MAX_DEFINITIONS:
+                    break
+        chunks: dict[str, list[RetrievedChunk]] = {DEFINITIONS: [], SIMILAR: []}
+        for holder, definition in picked:
+            lines = self._lines_of(holder)
+            if lines is not None and definition.line < len(lines.lines):
+                text = "\n".join(lines.lines[definition.line : definition.end]).rstrip() + "\n"
+                chunks[DEFINITIONS].append(RetrievedChunk(holder, definition.line, definition.end, DEFINITIONS, text))
+        if SIMILAR in sources:
+            definers = list(dict.fromkeys(holder for holder, _ in picked))
+            nearest = sorted(imported_files - set(definers), key=lambda p: (_distance(p, path), str(p)))
+            candidates = (definers + nearest)[:_SIMILAR_FILES]
+            chunks[SIMILAR] = self._similar(candidates, query, chunks[DEFINITIONS] if DEFINITIONS in sources else [])
+        return tuple(chunk for source in sources for chunk in chunks.get(source, ()))
+
+    def _similar(self, candidates: list[Path], above: str, chosen: list[RetrievedChunk]) -> list[RetrievedChunk]:
+        query = set(_IDENTIFIER.findall(above[_line_start_before(above, _SIMILAR_QUERY_LINES) :])) - _COMMON
+        if not query:
+            return []
+        scored: list[tuple[float, str, int, Path]] = []
+        for candidate in candidates:
+            lines = self._lines_of(candidate)
+            if lines is None:
+                continue
+            for index, window in enumerate(lines.windows):
+                union = len(query | window)
+                score = len(query & window) / union if union else 0.0
+                if score >= _MIN_SIMILARITY:
+                    scored.append((-score, str(candidate), index, candidate))
+        scored.sort()
+        out: list[RetrievedChunk] = []
+        for _, _, index, candidate in scored:
+            first = index * _WINDOW_STEP
+            last = first + _WINDOW_LINES
+            if any(c.path == candidate and c.start < last and first < c.end for c in [*chosen, *out]):
+                continue
+            lines = self._lines_of(candidate)
+            if lines is None:
+                continue
+            last = min(last, len(lines.lines))
+            text = "\n".join(lines.lines[first:last]).rstrip() + "\n"
+            out.append(RetrievedChunk(candidate, first, last, SIMILAR, text))
+            if len(out) >= _MAX_SIMILAR:
+                break
+        return out
+
+    def _lines_of(self, path: Path) -> _FileLines | None:
+        """The file's lines and window identifiers, read again when it changed on disk."""
+        try:
+            status = os.stat(path)
+        except OSError:
+            return None
+        stamp = (status.st_mtime_ns, status.st_size)
+        with self._lock:
+            kept = self._lines.get(path)
+            if kept is not None and kept.stamp == stamp:
+                self._lines.move_to_end(path)
+                return kept
+        text = self._read(path)
+        if text is None:
+            return None
+        lines = tuple(text.split("\n"))
+        windows: tuple[frozenset[str], ...] = ()
+        if len(text) <= _SIMILAR_MAX_BYTES:
+            windows = tuple(
+                frozenset(_IDENTIFIER.findall("\n".join(lines[i : i + _WINDOW_LINES]))) - _COMMON
+                for i in range(0, max(1, len(lines) - _WINDOW_STEP), _WINDOW_STEP)
+            )
+        found = _FileLines(stamp, lines, windows)
+        with self._lock:
+            self._lines[path] = found
+            while len(self._lines) > _CACHED_FILES:
+                self._lines.popitem(last=False)
+        return found
+
+
+def _stem(path: Path) -> str:
+    return path.name.split(".", 1)[0]
+
+
+def _line_start_before(text: str, lines: int) -> int:
+    """Where the last `lines` lines of text (which ends with a newline, or is empty) start."""
+    at = len(text)
+    for _ in range(lines + 1):
+        at = text.rfind("\n", 0, max(at - 1, 0))
+        if at < 0:
+            return 0
+    return at + 1
+
+
+def _nth_line_end(text: str, n: int) -> int:
+    at = 0
+    for _ in range(n):
+        at = text.find("\n", at) + 1
+        if at == 0:
+            return len(text)
+    return at
+
+
+def _import_lines(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if "import" in line or "include" in line or "require" in line)
+
+
+def _names_nearest_first(text: str) -> tuple[list[str], set[str]]:
+    """The identifiers of text, last used first, and those used as attributes (after a dot)."""
+    seen: dict[str, None] = {}
+    attributes: set[str] = set()
+    for match in reversed(list(_ATTRIBUTE_OR_NAME.finditer(text))):
+        name = match.group(2)
+        seen.setdefault(name, None)
+        if match.group(1):
+            attributes.add(name)
+    return list(seen), attributes
+
+
+def _distance(a: Path, b: Path | None) -> int:
+    """How far apart two files are in the tree: folders to go up plus folders to go down."""
+    if b is None:
+        return len(a.parts)
+    shared = 0
+    for x, y in zip(a.parent.parts, b.parent.parts):
+        if x != y:
+            break
+        shared += 1
+    return len(a.parent.parts) + len(b.parent.parts) - 2 * shared

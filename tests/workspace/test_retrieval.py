@@ -1,0 +1,175 @@
+"""Context from the folder's own files for a prompt (workspace/retrieval.py), through a real
+workspace folder: the definition of a name used above the cursor comes from the file that
+defines it, similar code after it; never from another folder, an ignored or oversized file, or
+the file itself; the same chunks at every keystroke of a line; a definition changed on disk is
+seen once the folder has the change."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lookahead_lsp.base.tokenizer import Tokenizer
+from lookahead_lsp.workspace.folder import FolderSettings, WorkspaceFolder
+from lookahead_lsp.workspace.retrieval import DEFINITIONS, SIMILAR, RetrievedChunk
+from lookahead_lsp.workspace.symbols import definitions
+from support.recording_client import RecordingClient
+from support.waiting import wait_until
+
+pytestmark = pytest.mark.usefixtures("hermetic_git")
+
+HELPERS = '''"""Helpers."""
+
+
+def load_settings(path, strict=False):
+    """Reads the settings file at path; strict: unknown keys are errors."""
+    with open(path) as file:
+        return parse_settings(file.read(), strict)
+
+
+def unrelated():
+    return 0
+'''
+MAIN = '''from helpers import load_settings
+
+
+def run(path):
+    settings = load_settings(path, strict=True)
+'''
+SECRET_NAME = "load_settings"
+
+
+def _folder(tokenizer: Tokenizer, root: Path, cache: Path, **settings: object) -> WorkspaceFolder:
+    folder = WorkspaceFolder(
+        root, tokenizer, threading.Lock(), tokenizer.fingerprint, RecordingClient(),
+        FolderSettings(cache_dir=cache, debounce_s=0.05, **settings),  # type: ignore[arg-type]
+    )  # fmt: skip
+    folder.start()
+    wait_until(lambda: folder.status().indexed and folder.retrieval.files > 0, 60.0, 0.02)
+    return folder
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "helpers.py").write_text(HELPERS)
+    (root / "main.py").write_text(MAIN)
+    return root
+
+
+@pytest.fixture
+def started(tokenizer: Tokenizer, project: Path, tmp_path: Path) -> Iterator[WorkspaceFolder]:
+    folder = _folder(tokenizer, project, tmp_path / "cache")
+    yield folder
+    folder.stop(save=False)
+
+
+def _typing(prefix: str) -> str:
+    """The text before the cursor while a new line is typed under prefix."""
+    return prefix + "    value = "
+
+
+def _texts(chunks: tuple[RetrievedChunk, ...], why: str) -> list[str]:
+    return [c.text for c in chunks if c.why == why]
+
+
+def test_the_definition_comes_from_the_file_that_defines_it(started: WorkspaceFolder, project: Path) -> None:
+    chunks = started.retrieval.retrieve(project / "main.py", _typing(MAIN))
+
+    first = chunks[0]
+    assert (first.path, first.why) == (project / "helpers.py", DEFINITIONS)
+    assert first.text.startswith("def load_settings(path, strict=False):\n")
+    assert "Reads the settings file" in first.text and "def unrelated" not in first.text
+    assert all(chunk.path != project / "main.py" for chunk in chunks)
+
+
+def test_similar_code_comes_after_the_definitions(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    root = tmp_path / "similar"
+    root.mkdir()
+    shapes = "".join(f"def area_{i}(width, height):\n    return width * height * {i}\n\n\n" for i in range(8))
+    (root / "shapes.py").write_text(shapes)
+    prefix = "from shapes import area_1\n\n\ndef volume(width, height, depth):\n    base = width * height\n    return base * depth\n"
+    (root / "solids.py").write_text(prefix)
+    folder = _folder(tokenizer, root, tmp_path / "cache")
+    try:
+        chunks = folder.retrieval.retrieve(root / "solids.py", prefix)
+    finally:
+        folder.stop(save=False)
+    whys = [c.why for c in chunks]
+    assert DEFINITIONS in whys and SIMILAR in whys
+    assert whys.index(SIMILAR) > whys.index(DEFINITIONS)
+    assert all("width * height" in text for text in _texts(chunks, SIMILAR))
+
+
+def test_the_chunks_are_the_same_at_every_key_of_a_line(started: WorkspaceFolder, project: Path) -> None:
+    line = "    value = load_settings(path).get('name')"
+    seen = {started.retrieval.retrieve(project / "main.py", MAIN + line[:n]) for n in range(len(line) + 1)}
+    assert len(seen) == 1 and next(iter(seen))
+
+
+def test_another_folder_ignored_and_oversized_files_are_never_read(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    root, other = tmp_path / "project", tmp_path / "other"
+    root.mkdir()
+    other.mkdir()
+    (root / "main.py").write_text(MAIN)
+    (other / "helpers.py").write_text(HELPERS.replace("Reads", "OTHER FOLDER reads"))
+    (root / "ignored.py").write_text(HELPERS.replace("Reads", "IGNORED reads"))
+    (root / ".gitignore").write_text("ignored.py\n")
+    (root / "globbed.py").write_text(HELPERS.replace("Reads", "GLOBBED reads"))
+    big = HELPERS.replace("Reads", "OVERSIZED reads") + "# padding\n" * 200_000
+    (root / "big.py").write_text(big)
+    folder = _folder(tokenizer, root, tmp_path / "cache", ignore=("globbed.py",))
+    other_folder = _folder(tokenizer, other, tmp_path / "cache")
+    try:
+        chunks = folder.retrieval.retrieve(root / "main.py", _typing(MAIN))
+    finally:
+        folder.stop(save=False)
+        other_folder.stop(save=False)
+    assert chunks == ()  # the only definition is in files the folder does not index
+    assert folder.retrieval.files == 2  # main.py and .gitignore, as the index holds them
+
+
+def test_a_changed_definition_is_seen_once_the_folder_has_the_change(started: WorkspaceFolder, project: Path) -> None:
+    before = started.retrieval.retrieve(project / "main.py", _typing(MAIN))
+    assert "strict=False" in before[0].text
+    (project / "helpers.py").write_text(HELPERS.replace("strict=False", "strict=False, encoding='utf-8'"))
+
+    def seen() -> bool:
+        chunks = started.retrieval.retrieve(project / "main.py", _typing(MAIN))
+        return bool(chunks) and "encoding='utf-8'" in chunks[0].text
+
+    wait_until(seen, 60.0, 0.05)
+    (project / "helpers.py").unlink()
+    wait_until(lambda: not started.retrieval.retrieve(project / "main.py", _typing(MAIN)), 60.0, 0.05)
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "names"),
+    [
+        ("python", "CONST = 1\nclass Box:\n    def open(self):\n        pass\nasync def fetch():\n    pass\n", ["CONST", "Box", "open", "fetch"]),
+        ("javascript", "export function hello() {\n}\nclass K {\n  method(a) {\n  }\n}\nexports.x = 1;\n", ["hello", "K", "method", "x"]),
+        ("c", "#define MAX 3\nstruct point {\n};\ntypedef int count_t;\nint add(int a, int b)\n{\n  return f(a,\n}\n", ["MAX", "point", "count_t", "add"]),
+        ("other", "func Serve(w Writer) {\n}\npub fn parse() {}\n", ["Serve", "parse"]),
+    ],
+)
+def test_each_language_names_its_definitions(language: str, text: str, names: list[str]) -> None:
+    assert [d.name for d in definitions(text, language)] == names
+
+
+def test_a_line_made_to_backtrack_costs_no_more_than_its_length() -> None:
+    hostile = ("a " * 199 + "\n") * 2000 + ("int" + " *" * 190 + "(\n") * 2000
+
+    elapsed = _timed(lambda: definitions(hostile, "c"))
+
+    assert elapsed < 5.0
+
+
+def _timed(work: Callable[[], object]) -> float:
+    start = time.monotonic()
+    work()
+    return time.monotonic() - start
