@@ -86,13 +86,13 @@ def test_documents_above_the_cap_are_neither_completed_nor_indexed(
         _until(lambda: _tokens(service) > before)  # indexed off the caller's thread, soon after
         big = "value = compute(1, 2)\n" * 400  # 8.6 KiB
         for edit in range(3):
-            service.change_document(uri, path, big + "#" * edit, 399)
+            service.change_document(uri, path, big + "#" * edit, len(big) + edit)
         _until(lambda: _tokens(service) == before)  # the index went back to the disk, where it is not
         answers = [service.complete(uri, path, big, len(big) - i, "python", invoked=True) for i in range(3)]
         assert all(answer.done() and answer.result() is None for answer in answers)
         assert len(client.matching("maxDocumentKb")) == 1  # one line, not one per keystroke
         small = "value = compute(1, 2)\n" * 10
-        service.change_document(uri, path, small, 9)
+        service.change_document(uri, path, small, len(small))
         _until(lambda: _tokens(service) > before)
         answer = service.complete(uri, path, small, len(small), "python", invoked=True).result(timeout=WAIT_S)
         assert answer is not None and answer.source == "model"
@@ -177,7 +177,7 @@ def test_recently_edited_documents_join_the_prompt(loaded: tuple[LookaheadServic
         alone = prompt_tokens()
         rates = "".join(f"RATE_{i} = {i} / 100\n" for i in range(60))
         service.open_document(other, None, rates)
-        service.change_document(other, None, rates, 30)  # the lines around line 30 join the prompt
+        service.change_document(other, None, rates, rates.index("RATE_30 "))  # the lines around line 30 join the prompt
         try:
             assert prompt_tokens() > alone
             assert service.last_completion is not None

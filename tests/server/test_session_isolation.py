@@ -66,7 +66,7 @@ def _secrets() -> str:
 def _open(service: LookaheadService, path: Path, text: str, edited_line: int = 0) -> str:
     uri = path.as_uri()
     service.open_document(uri, path, text)
-    service.change_document(uri, path, text, edited_line)
+    service.change_document(uri, path, text, len("".join(text.splitlines(keepends=True)[:edited_line])))
     return uri
 
 

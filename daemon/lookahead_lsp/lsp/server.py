@@ -233,16 +233,14 @@ def did_open(ls: LookaheadServer, params: types.DidOpenTextDocumentParams) -> No
 
 def did_change(ls: LookaheadServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
-    line = 0
-    last: types.TextDocumentContentChangePartial | None = None
-    for change in params.content_changes:
-        if isinstance(change, types.TextDocumentContentChangePartial):
-            line = change.range.end.line
-            last = change
     document = ls.workspace.get_text_document(uri)
-    ls.service.change_document(uri, uri_to_path(uri), document.source, line)
-    if last is not None:
+    last = params.content_changes[-1] if params.content_changes else None
+    # A ranged change says where it ended; the service finds where a whole-document one did.
+    offset: int | None = None
+    if isinstance(last, types.TextDocumentContentChangePartial):
         offset = cursor_offset(document, last.range.start) + len(last.text)
+    offset = ls.service.change_document(uri, uri_to_path(uri), document.source, offset)
+    if offset is not None:
         ls.service.edited(uri, uri_to_path(uri), document.source, offset, document.language_id or "")
 
 

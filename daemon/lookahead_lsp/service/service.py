@@ -24,7 +24,7 @@ from lookahead_lsp import __version__
 from lookahead_lsp.service.model_host import LoadedModel, ModelHost, ModelKey
 from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache, answer_key, chain, resolve
 from lookahead_lsp.service.context import context_chunks
-from lookahead_lsp.service.documents import Document, OpenDocuments
+from lookahead_lsp.service.documents import Document, OpenDocuments, edit_end
 from lookahead_lsp.engine import (
     CancelToken,
     Completion,
@@ -210,10 +210,20 @@ class LookaheadService:
     # -- documents -----------------------------------------------------------------------------
 
     def open_document(self, uri: str, path: Path | None, text: str) -> None:
-        self.change_document(uri, path, text, 0)
+        self._record(uri, path, text, 0)
 
-    def change_document(self, uri: str, path: Path | None, text: str, edited_line: int) -> None:
-        """Records the editor's text; its folder indexes it later, off the event loop."""
+    def change_document(self, uri: str, path: Path | None, text: str, edited_at: int | None) -> int | None:
+        """Records the editor's text; its folder indexes it later, off the event loop.
+        edited_at: where in text the change ended, None when the editor sent the whole text
+        (found then from the text before). Returns where it ended (None: nothing changed)."""
+        if edited_at is None:
+            with self._lock:
+                before = self.documents.text(uri)
+            edited_at = edit_end(before or "", text)
+        self._record(uri, path, text, text.count("\n", 0, edited_at or 0))
+        return edited_at
+
+    def _record(self, uri: str, path: Path | None, text: str, edited_line: int) -> None:
         with self._lock:
             if self.documents.too_large(uri, text):
                 before = self.documents.record(uri, Document(path, "", edited_line, oversized=True))

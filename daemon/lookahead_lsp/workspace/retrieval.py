@@ -99,7 +99,17 @@ class _FileSymbols:
 class _FileLines:
     stamp: tuple[int, int]
     lines: tuple[str, ...]
-    windows: tuple[frozenset[str], ...]  # identifiers of lines [i * _WINDOW_STEP, + _WINDOW_LINES)
+
+
+@dataclass(frozen=True)
+class _FileWindows:
+    """The windows of a file searched for similar code: window w is lines [w * _WINDOW_STEP,
+    + _WINDOW_LINES), blocks w and w + 1 of _WINDOW_STEP lines. Kept as each block's
+    identifiers, so that every line is read once and a query meets each block once."""
+
+    stamp: tuple[int, int]
+    blocks: tuple[frozenset[str], ...]
+    sizes: tuple[int, ...]  # identifiers of each window
 
 
 class FolderRetrieval:
@@ -114,6 +124,7 @@ class FolderRetrieval:
         self._definers: dict[str, list[tuple[Path, Definition]]] = {}
         self._by_stem: dict[str, set[Path]] = {}
         self._lines: OrderedDict[Path, _FileLines] = OrderedDict()
+        self._windows: OrderedDict[Path, _FileWindows] = OrderedDict()
         self._answers: OrderedDict[tuple[Path, str, int], tuple[RetrievedChunk, ...]] = OrderedDict()
 
     # -- the table -----------------------------------------------------------------------------
@@ -140,12 +151,14 @@ class FolderRetrieval:
                 self._definers.setdefault(definition.name, []).append((path, definition))
             self._by_stem.setdefault(_stem(path), set()).add(path)
             self._lines.pop(path, None)
+            self._windows.pop(path, None)
             self._answers.clear()
 
     def remove(self, path: Path) -> None:
         with self._lock:
             self._forget(path)
             self._lines.pop(path, None)
+            self._windows.pop(path, None)
             self._answers.clear()
 
     @property
@@ -257,14 +270,16 @@ class FolderRetrieval:
             return []
         scored: list[tuple[float, str, int, Path]] = []
         for candidate in candidates:
-            lines = self._lines_of(candidate)
-            if lines is None:
+            windows = self._windows_of(candidate)
+            if windows is None:
                 continue
-            for index, window in enumerate(lines.windows):
-                union = len(query | window)
-                score = len(query & window) / union if union else 0.0
-                if score >= _MIN_SIMILARITY:
-                    scored.append((-score, str(candidate), index, candidate))
+            met = [query & block for block in windows.blocks]
+            for window, size in enumerate(windows.sizes):
+                if met[window] or met[window + 1]:
+                    common = len(met[window] | met[window + 1])
+                    score = common / (len(query) + size - common)
+                    if score >= _MIN_SIMILARITY:
+                        scored.append((-score, str(candidate), window, candidate))
         scored.sort()
         out: list[RetrievedChunk] = []
         for _, _, index, candidate in scored:
@@ -283,12 +298,10 @@ class FolderRetrieval:
         return out
 
     def _lines_of(self, path: Path) -> _FileLines | None:
-        """The file's lines and window identifiers, read again when it changed on disk."""
-        try:
-            status = os.stat(path)
-        except OSError:
+        """The file's lines, read again when it changed on disk."""
+        stamp = _stamp(path)
+        if stamp is None:
             return None
-        stamp = (status.st_mtime_ns, status.st_size)
         with self._lock:
             kept = self._lines.get(path)
             if kept is not None and kept.stamp == stamp:
@@ -297,19 +310,44 @@ class FolderRetrieval:
         text = self._read(path)
         if text is None:
             return None
-        lines = tuple(text.split("\n"))
-        windows: tuple[frozenset[str], ...] = ()
-        if len(text) <= _SIMILAR_MAX_BYTES:
-            windows = tuple(
-                frozenset(_IDENTIFIER.findall("\n".join(lines[i : i + _WINDOW_LINES]))) - _COMMON
-                for i in range(0, max(1, len(lines) - _WINDOW_STEP), _WINDOW_STEP)
-            )
-        found = _FileLines(stamp, lines, windows)
+        found = _FileLines(stamp, tuple(text.split("\n")))
         with self._lock:
             self._lines[path] = found
             while len(self._lines) > _CACHED_FILES:
                 self._lines.popitem(last=False)
         return found
+
+    def _windows_of(self, path: Path) -> _FileWindows | None:
+        """The file's windows (None for a file too large to search), made again when it changed."""
+        lines = self._lines_of(path)
+        if lines is None:
+            return None
+        with self._lock:
+            kept = self._windows.get(path)
+            if kept is not None and kept.stamp == lines.stamp:
+                self._windows.move_to_end(path)
+                return kept
+        if lines.stamp[1] > _SIMILAR_MAX_BYTES:
+            return None
+        blocks = tuple(
+            frozenset(_IDENTIFIER.findall("\n".join(lines.lines[start : start + _WINDOW_STEP]))) - _COMMON
+            for start in range(0, len(lines.lines), _WINDOW_STEP)
+        ) + (frozenset(),)
+        count = len(range(0, max(1, len(lines.lines) - _WINDOW_STEP), _WINDOW_STEP))
+        windows = _FileWindows(lines.stamp, blocks, tuple(len(blocks[w] | blocks[w + 1]) for w in range(count)))
+        with self._lock:
+            self._windows[path] = windows
+            while len(self._windows) > _CACHED_FILES:
+                self._windows.popitem(last=False)
+        return windows
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_mtime_ns, status.st_size)
 
 
 def _stem(path: Path) -> str:
