@@ -10,22 +10,29 @@ the settings take turns per prefix. Reported per setting: the median of generati
 (after the prompt), the median prompt ms, and the threads the engine ran with; and each
 setting's median over the best fixed count's.
 
-    .venv/bin/python bench/threads_bench.py [--busy 1] [--busy-niceness 0] [--prefixes 6] [--json FILE]
+--cli measures `lookahead-lsp complete` instead, as a user runs it: one process per completion
+(`--threads N` or unset, `--draft none --no-stop-rules --json`, the prefix written to a file
+and the cursor at its end), so that the unset count is chosen right after the model loads;
+its wall time, model load included, is reported too.
+
+    .venv/bin/python bench/threads_bench.py [--cli] [--busy 1] [--busy-niceness 0] [--prefixes 6] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from tasks import LANGUAGES, corpus_root, pick_tasks, request_of
 from report import write_report
 
-from lookahead_lsp.engine import DecodeOptions, Engine, EngineSettings
+from lookahead_lsp.engine import CompletionRequest, DecodeOptions, Engine, EngineSettings
 from lookahead_lsp.engine.threads import cores
 from lookahead_lsp.models.resolve import resolve_model_path
 
@@ -38,6 +45,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--model", type=Path)
+    parser.add_argument("--cli", action="store_true", help="time `lookahead-lsp complete`, one process per completion")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     model = resolve_model_path(None, str(args.model) if args.model else None, asker="cli")
@@ -49,20 +57,26 @@ def main() -> int:
     speeds: dict[str, list[float]] = {}
     prompts: dict[str, list[float]] = {}
     used: dict[str, list[int]] = {}
+    walls: dict[str, list[float]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="threads-bench-") as work:
-            engines = {s: Engine(EngineSettings(model, 4096, s, cache_dir=Path(work))) for s in settings}
+            engines = {} if args.cli else {s: Engine(EngineSettings(model, 4096, s, cache_dir=Path(work))) for s in settings}
             try:
                 for n, task in enumerate(tasks):
                     order = settings[n % len(settings) :] + settings[: n % len(settings)]
                     for setting in order:
-                        engine = engines[setting]
-                        engine.forget_kv()
-                        result = engine.complete(request_of(task), options)
                         name = "chosen" if setting is None else f"fixed {setting}"
-                        speeds.setdefault(name, []).append(result.stats.tokens_per_s)
-                        prompts.setdefault(name, []).append(result.stats.ms_prompt)
-                        used.setdefault(name, []).append(result.stats.threads)
+                        began = time.perf_counter()
+                        if args.cli:
+                            stats = _cli_complete(model, request_of(task), setting, args.max_tokens, Path(work))
+                        else:
+                            engine = engines[setting]
+                            engine.forget_kv()
+                            stats = engine.complete(request_of(task), options).stats.as_dict()
+                        walls.setdefault(name, []).append((time.perf_counter() - began) * 1000)
+                        speeds.setdefault(name, []).append(float(stats["tokens_per_s"]))  # type: ignore[arg-type]
+                        prompts.setdefault(name, []).append(float(stats["ms_prompt"]))  # type: ignore[arg-type]
+                        used.setdefault(name, []).append(int(stats["threads"]))  # type: ignore[call-overload]
             finally:
                 for engine in engines.values():
                     engine.close()
@@ -79,9 +93,25 @@ def main() -> int:
             "over_best_fixed": round(medians[name] / best, 3),
             "median_ms_prompt": round(statistics.median(prompts[name]), 1),
             "threads": sorted(set(used[name])),
+            "median_wall_ms": round(statistics.median(walls[name]), 1),
         }
     write_report(report, args.json)
     return 0
+
+
+def _cli_complete(model: Path, request: CompletionRequest, threads: int | None, max_tokens: int, work: Path) -> dict[str, object]:
+    """`lookahead-lsp complete --json` at the end of request's prefix, in a process of its own."""
+    document = work / "task.py"
+    document.write_text(request.prefix)
+    lines = request.prefix.split("\n")
+    position = f"{document}:{len(lines)}:{len(lines[-1]) + 1}"
+    command = [sys.executable, "-m", "lookahead_lsp", "complete", position, "--model", str(model), "--json",
+               "--draft", "none", "--no-stop-rules", "--max-tokens", str(max_tokens)]  # fmt: skip
+    if threads is not None:
+        command += ["--threads", str(threads)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    stats: dict[str, object] = json.loads(done.stdout)["stats"]
+    return stats
 
 
 if __name__ == "__main__":

@@ -60,3 +60,16 @@ def test_a_busy_core_takes_a_thread_away() -> None:
     finally:
         busy.kill()
         busy.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or cores() < 2, reason="needs /proc and two cores")
+def test_a_choice_asked_for_at_once_still_gives_up_a_busy_core() -> None:
+    """As `lookahead-lsp complete` asks, right after loading the model."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        chooser = ThreadChooser(None)
+        assert chooser.choose() <= chooser.cores - 1
+    finally:
+        busy.kill()
+        busy.wait()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_lsp.engine.cold_prompt import MIN_SHORT_TOKENS
+from lookahead_lsp.service.next_places import after_enter, next_places
 from lookahead_lsp.service.service import Answer, LookaheadService
 from support.recording_client import RecordingClient
 
@@ -85,6 +86,47 @@ def test_accepting_a_suggestion_is_answered_from_what_was_decoded_ahead(service:
         service.close_document(uri, None)
         checked += 1
     assert checked >= 2, "too few suggestions to check"
+
+
+def test_after_a_suggestion_that_ends_its_line_the_line_after_enter_is_ready(service: LookaheadService) -> None:
+    checked = 0
+    for name, before in SPOTS:
+        uri, text, offset = _spot(name, before)
+        # The cursor in the body's first line, the rest of that line gone: a suggestion ends it.
+        line_start = text.index("\n", offset) + 1
+        line_end = text.index("\n", line_start)
+        cut = line_start + (len(text[line_start:line_end]) - len(text[line_start:line_end].lstrip())) + 2
+        text = text[:cut] + text[line_end:]
+        service.open_document(uri, None, text)
+        shown = _complete(service, uri, text, cut)
+        accepted = text[:cut] + shown.text
+        entered = accepted + after_enter(accepted)
+        # While the user reads the suggestion: its continuation, then the line after Enter.
+        _until(lambda: service.suggestions.lookup(uri, entered, text[cut:]) is not None)
+        served = _ahead(service)["served"]
+        next_line = _complete(service, uri, entered + text[cut:], len(entered))
+        assert next_line.source == "cache", "Enter after the suggestion made the model run again"
+        assert _ahead(service)["served"] == served + 1
+        # Lossless: what the model itself gives there.
+        service.suggestions.clear()
+        service.worker.drop_idle()
+        fresh = _complete(service, uri, entered + text[cut:], len(entered))
+        assert fresh.source == "model"
+        assert next_line.text == fresh.text
+        service.close_document(uri, None)
+        checked += bool(next_line.text)
+    assert checked >= 2, "too few suggestions on the next line to check"
+
+
+def test_enter_indents_as_editors_do() -> None:
+    assert after_enter("def f(x):\n    y = x") == "\n    "
+    assert after_enter("def f(x):\n  if y:") == "\n    "  # the file indents by two
+    assert after_enter("class A:\n    def f(self):") == "\n        "
+    assert after_enter("int main() {") == "\n    "  # nothing to learn the step from: four
+    assert after_enter("f() {\n\tif (x) {") == "\n\t\t"
+    assert next_places("x = ", "1", "\nnext") == ["x = 1", "x = 1\n"]
+    assert next_places("x = ", "1", " + y\n") == ["x = 1"]  # Enter would split the line
+    assert next_places("x = 1", "", "") == ["x = 1\n"]
 
 
 def test_where_the_cursor_rests_the_completion_is_ready_before_the_request(service: LookaheadService) -> None:

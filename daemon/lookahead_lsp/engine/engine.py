@@ -27,6 +27,7 @@ from lookahead_lsp.engine.results import Completion
 from lookahead_lsp.engine.runtime import Cancelled, ModelRuntime, RuntimeSettings
 from lookahead_lsp.engine.stages import INDEXING_VOCABULARY
 from lookahead_lsp.engine.threads import ThreadChooser
+from lookahead_lsp.engine.threads import sample as cpu_sample
 
 # The calibration is saved after a completion at most this often (and when the engine closes).
 _SAVE_EVERY_S = 60.0
@@ -37,6 +38,7 @@ class Engine:
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
+        started = cpu_sample()  # loading the model is the first look at the machine's load
         self.runtime = ModelRuntime(
             RuntimeSettings(
                 settings.model_path,
@@ -58,7 +60,7 @@ class Engine:
         self._kv_owner: str | None = None
         self._kv_context: tuple[ContextChunk, ...] = ()
         self._short = ShortLengths()
-        self.threads = ThreadChooser(settings.n_threads, self.runtime.settings.threads)
+        self.threads = ThreadChooser(settings.n_threads, self.runtime.settings.threads, since=started)
         self._cache_dir = settings.cache_dir or default_cache_dir()
         self._model_identity = calibration.model_identity(settings.model_path)
         self._machine = cost_model.machine_key(self.runtime)

@@ -66,20 +66,31 @@ def busy_elsewhere(before: CpuSample, after: CpuSample) -> float:
 class ThreadChooser:
     """The thread count for the next completion; `fixed` (the user's setting) overrides."""
 
-    def __init__(self, fixed: int | None, n_cores: int | None = None) -> None:
+    def __init__(self, fixed: int | None, n_cores: int | None = None, since: CpuSample | None = None) -> None:
+        """since: the load is measured from then (the engine's start, so that loading the
+        model counts as a look at the machine)."""
         self.fixed = fixed
         self.cores = n_cores or cores()
-        self._last = sample()
+        self._last = since or sample()
+        self._measured = False
         self.current = fixed or self.cores
 
     def choose(self) -> int:
         if self.fixed is not None:
-            return self.fixed
+            return self.current
         now = sample()
         if now is None or self._last is None:
             return self.current
         if now.at - self._last.at < _MIN_WINDOW_S:
-            return self.current
+            if self._measured:
+                return self.current
+            # The first choice waits for a window (a one-shot `complete` asks at once): a
+            # quarter second costs less than a whole run on a core another program holds.
+            time.sleep(_MIN_WINDOW_S - (now.at - self._last.at))
+            now = sample()
+            if now is None:
+                return self.current
+        self._measured = True
         taken = busy_elsewhere(self._last, now)
         self._last = now
         # Each core other work holds at least half of is left to it.

@@ -25,6 +25,7 @@ from lookahead_lsp.service.model_host import LoadedModel, ModelHost, ModelKey
 from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache, answer_key, chain, resolve
 from lookahead_lsp.service.context import context_chunks
 from lookahead_lsp.service.documents import Document, OpenDocuments, edit_end
+from lookahead_lsp.service.next_places import next_places
 from lookahead_lsp.engine import (
     CancelToken,
     Completion,
@@ -274,7 +275,7 @@ class LookaheadService:
         if cached is not None:
             self.counters.from_cache += 1
             done.set_result(Answer(cached, "cache"))
-            self._work_ahead(uri, path, prefix + cached, suffix)
+            self._prepare_next(uri, path, prefix, cached, suffix)
             return done
         adopted = self.worker.adopt(answer_key(self._session + uri, prefix, suffix))
         if adopted is not None:
@@ -327,16 +328,28 @@ class LookaheadService:
         too_large = self.documents.too_large(uri, text)
         return language not in self.settings.disabled_languages and not too_large
 
-    def _work_ahead(self, uri: str, path: Path | None, prefix: str, suffix: str, delay_s: float = 0.0) -> None:
+    def _prepare_next(self, uri: str, path: Path | None, prefix: str, shown: str, suffix: str) -> bool:
+        """`shown` was suggested at (prefix, suffix): the places the user may go next are
+        computed while the model is idle, one after the other (next_places.py). Whether
+        there is any."""
+        places = next_places(prefix, shown, suffix)
+        if places:
+            self._work_ahead(uri, path, places[0], suffix, then=tuple(places[1:]))
+        return bool(places)
+
+    def _work_ahead(
+        self, uri: str, path: Path | None, prefix: str, suffix: str, delay_s: float = 0.0, then: tuple[str, ...] = ()
+    ) -> None:
         """Queues the completion of (prefix, suffix) for when the model is idle, unless it is
-        known already or the user turned this off; while the model loads, for once it is ready."""
+        known already or the user turned this off; while the model loads, for once it is ready.
+        then: the texts before the cursor of further places, prepared after it."""
         if not self.settings.work_ahead:
             return
         model = self._model
         if model is None or model.engine is None:
             self._ahead_when_loaded = (uri, path, prefix, suffix)
             return
-        self._queue_ahead(model, uri, path, prefix, suffix, delay_s)
+        self._queue_ahead(model, uri, path, (prefix, *then), suffix, delay_s)
 
     def _ahead_once_loaded(self, model: LoadedModel[Answer]) -> None:
         """The model is ready: the work ahead asked for while it loaded is queued, if its
@@ -349,14 +362,19 @@ class LookaheadService:
         # On the load's thread: the documents are read under the lock the editor's changes take.
         with self._lock:
             if self.documents.text(uri) == prefix + suffix:
-                self._queue_ahead(model, uri, path, prefix, suffix, 0.0)
+                self._queue_ahead(model, uri, path, (prefix,), suffix, 0.0)
 
     def _queue_ahead(
-        self, model: LoadedModel[Answer], uri: str, path: Path | None, prefix: str, suffix: str, delay_s: float
+        self, model: LoadedModel[Answer], uri: str, path: Path | None, prefixes: tuple[str, ...], suffix: str, delay_s: float
     ) -> None:
-        if self.suggestions.lookup(uri, prefix, suffix) is not None:
+        """Queues the first of prefixes whose answer the cache does not know; the job queues
+        the rest once it is done."""
+        while prefixes and self.suggestions.lookup(uri, prefixes[0], suffix) is not None:
+            prefixes = prefixes[1:]
+        if not prefixes:
             return
-        job = self._job(uri, path, prefix, suffix, ahead=True)
+        prefix, then = prefixes[0], prefixes[1:]
+        job = self._job(uri, path, prefix, suffix, ahead=True, then=then)
         key = self._session + uri
         model.worker.submit_idle(key, answer_key(key, prefix, suffix), job, delay_s)
 
@@ -386,8 +404,7 @@ class LookaheadService:
         assert completion is not None
         self._served(completion, shown)
         resolve(done, Answer(shown, "model", completion))
-        if shown:
-            self._work_ahead(uri, path, prefix + shown, suffix)
+        self._prepare_next(uri, path, prefix, shown, suffix)
 
     def _queue_warm(self, uri: str, path: Path | None, prefix: str, suffix: str) -> None:
         """A completion there was given a short prompt (cold_prompt.py): the whole one is
@@ -400,10 +417,17 @@ class LookaheadService:
         model.worker.submit_idle(key, ("warm", answer_key(key, prefix, suffix)), job)
 
     def _job(
-        self, uri: str, path: Path | None, prefix: str, suffix: str, ahead: bool, warm: bool = False
+        self,
+        uri: str,
+        path: Path | None,
+        prefix: str,
+        suffix: str,
+        ahead: bool,
+        warm: bool = False,
+        then: tuple[str, ...] = (),
     ) -> Callable[[CancelToken], Answer]:
         """The model's work for one completion (warm: for the evaluation of its whole prompt
-        alone), under the settings of now."""
+        alone), under the settings of now; then: the places work ahead prepares next."""
         settings = self.settings
         # The other documents as they are now; their lines are cut out on the worker.
         recent = self.documents.others(uri)
@@ -430,7 +454,10 @@ class LookaheadService:
             request = CompletionRequest(prefix, suffix, place.name, chunks, place.repository, owner=self._session + uri)
             if warm:
                 return self._warm(request, options, cancel)
-            return self._run(uri, path, place, request, options, cancel, ahead)
+            answer = self._run(uri, path, place, request, options, cancel, ahead)
+            if then and not cancel.cancelled:
+                self._work_ahead(uri, path, then[0], suffix, then=then[1:])
+            return answer
 
         return run
 
@@ -470,14 +497,12 @@ class LookaheadService:
         continued = False
         if not ahead:
             self._served(result, result.text)
-            if result.text:
-                # What the user sees may be accepted next: its continuation is decoded while
-                # they read it.
-                self._work_ahead(uri, path, request.prefix + result.text, request.suffix)
-                continued = True
+            # What the user sees may be accepted next: its continuation (and the next line) is
+            # decoded while they read it.
+            continued = self._prepare_next(uri, path, request.prefix, result.text, request.suffix)
         if result.stats.short_prompt:
             self.ahead.short_prompts += 1
-            if not continued:  # else the continuation's own short prompt queues it
+            if not continued:  # else the next place's own short prompt queues it
                 self._queue_warm(uri, path, request.prefix, request.suffix)
         return Answer(result.text, "model", result)
 
