@@ -10,9 +10,18 @@ cursor of a file opened or jumped to at once), asks for a suggestion (time to th
 the file's real next characters with human timing (a gap of 90-220 ms a key, a pause of
 0.6-1.5 s now and then). Each suggestion is read for --read-ms; when the real text continues
 with it the user accepts it whole, else with its first word when that matches (the way Tab and
-Ctrl+Right accept), else types on. Every key and every accept is a request; its latency is the
-time from the edit to the answer, answers from caches and from work done ahead included and
-counted apart.
+Ctrl+Right accept), else types on; Enter inserts the newline and the next line's indentation at
+once, as an editor's auto-indent does. Every key and every accept is a request; its latency is
+the time from the edit to the answer, answers from caches and from work done ahead included and
+counted apart. The report gives each flow apart: the first suggestion after a rest in a file
+(`first`), a key typed (`key`), Tab (`accept`), a word accepted (`word`), Enter right after Tab
+(`enter`).
+
+--editor says which editor's client lookahead-lsp gets: `vscode` (the extension: incremental
+changes, `lookahead/cursor` after a rest, inline completion requests), `neovim` (incremental
+changes, no cursor reports, `textDocument/completion` requests: the built-in client's menu),
+`whole-document` (every change sent as the whole text, no cursor reports, completion requests:
+several plugins and simpler clients).
 
 The llama.vscode emulation (read from llama.vscode's and llama.vim's sources): a cache of answers
 keyed by the text before the cursor, looked up for the text minus the last few typed
@@ -32,7 +41,8 @@ whole run, both systems; --work-ahead off measures what the idle-time work saves
 --cold-prompt-ms off, what cutting cold prompts short saves.
 
     .venv/bin/python bench/session_bench.py --llama-server PATH [--languages python,javascript]
-        [--files 4] [--keys 24] [--load none|busy-core] [--work-ahead on|off] [--idle-windows N]
+        [--files 4] [--keys 24] [--editor vscode|neovim|whole-document] [--load none|busy-core]
+        [--work-ahead on|off] [--idle-windows N]
         [--cold-prompt-ms MS|off] [--json FILE]
 """
 
@@ -42,6 +52,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -51,6 +62,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from lsprotocol import types
 
 from tasks import LANGUAGES, Task, corpus_root, pick_tasks
 from report import write_report
@@ -65,7 +78,7 @@ PROMPT_LINES = 256  # llama.vscode's n_prefix
 
 @dataclass
 class Latency:
-    kind: str  # "first" (after a rest), "key", "accept"
+    kind: str  # "first" (after a rest), "key", "accept" (Tab), "word", "enter" (Enter after Tab)
     ms: float
     source: str  # "model", "cache" (the typed-prefix cache or an answer computed ahead)
     language: str
@@ -75,6 +88,10 @@ class Latency:
 class Session:
     latencies: list[Latency] = field(default_factory=list)
     accepts: dict[str, int] = field(default_factory=lambda: {"whole": 0, "word": 0})
+
+# The kinds of request, in the report's order.
+FLOWS = ("first", "key", "accept", "word", "enter")
+EDITORS = ("vscode", "neovim", "whole-document")
 
 
 class Editor(Protocol):
@@ -91,10 +108,13 @@ class Editor(Protocol):
 
 
 class LookaheadEditor:
-    """The VS Code extension's side: didOpen, incremental didChange, lookahead/cursor after a rest."""
+    """An editor's client of lookahead-lsp (--editor): the VS Code extension's (didOpen,
+    incremental didChange, lookahead/cursor after a rest, inline completion), Neovim's (no
+    cursor reports, completion requests) or one that sends whole documents."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Daemon, editor: str) -> None:
         self.daemon = daemon
+        self.editor = editor
         self.versions: dict[str, int] = {}
 
     async def visit(self, uri: str, language: str, text: str) -> None:
@@ -103,6 +123,8 @@ class LookaheadEditor:
             self.versions[uri] = 1
 
     async def rest(self, uri: str, text: str) -> None:
+        if self.editor != "vscode":
+            return
         position = end_of(text)
         self.daemon.client.protocol.notify(
             "lookahead/cursor",
@@ -111,20 +133,43 @@ class LookaheadEditor:
 
     async def edit(self, uri: str, text: str, inserted: str) -> None:
         self.versions[uri] += 1
+        if self.editor == "whole-document":
+            self.daemon.client.text_document_did_change(
+                types.DidChangeTextDocumentParams(
+                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
+                    content_changes=[types.TextDocumentContentChangeWholeDocument(text=text + inserted)],
+                )
+            )
+            return
         self.daemon.insert(uri, self.versions[uri], end_of(text), inserted)
 
     async def suggest(self, uri: str, text: str) -> tuple[str, str]:
         cached = (await self.daemon.status()).completions.from_cache
+        shown = await (self._inline(uri, text) if self.editor == "vscode" else self._menu(uri, text))
+        status = await self.daemon.status()
+        return shown, "cache" if status.completions.from_cache != cached else "model"
+
+    async def _inline(self, uri: str, text: str) -> str:
         answer, _ = await self.daemon.complete(uri, end_of(text))
         items = items_of(answer)
-        status = await self.daemon.status()
-        source = "cache" if status.completions.from_cache != cached else "model"
         if not items:
-            return "", source
+            return ""
         # The item replaces the line's start up to the cursor: the suggestion is what follows.
         line_start = text[text.rfind("\n") + 1 :]
         shown = str(items[0].insert_text)
-        return (shown[len(line_start) :] if shown.startswith(line_start) else shown), source
+        return shown[len(line_start) :] if shown.startswith(line_start) else shown
+
+    async def _menu(self, uri: str, text: str) -> str:
+        answer = await self.daemon.client.text_document_completion_async(
+            types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=end_of(text))
+        )
+        items = answer.items if isinstance(answer, types.CompletionList) else (answer or [])
+        if not items or items[0].text_edit is None:
+            return ""
+        # The item replaces the word before the cursor: the suggestion is what follows it.
+        edit = items[0].text_edit
+        word = re.search(r"\w*\Z", text)
+        return edit.new_text[len(word.group()) if word else 0 :]
 
     async def close(self) -> None:
         await self.daemon.stop()
@@ -230,26 +275,33 @@ async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: fl
         session.latencies.append(Latency("first", (time.perf_counter() - start) * 1000, source, task.language))
         real = task.text[task.cursor + done :]
         typed = 0
+        after_accept = False
         while typed < keys and real:
             await asyncio.sleep(read_ms / 1000 if shown else rng.uniform(0.09, 0.22))
             word = _first_word(shown)
             if shown and real.startswith(shown):
-                inserted, kind = shown, "whole"
+                inserted, kind = shown, "accept"
             elif word and len(word) >= 2 and real.startswith(word):
                 inserted, kind = word, "word"
+            elif real.startswith("\n"):
+                # Enter, and the editor's auto-indent (taken to be right: the next line's).
+                next_line = real[1:].split("\n", 1)[0]
+                inserted = "\n" + next_line[: len(next_line) - len(next_line.lstrip(" \t"))]
+                kind = "enter" if after_accept else "key"
             else:
-                inserted, kind = real[0], ""
+                inserted, kind = real[0], "key"
                 if rng.random() < 0.08:
                     await asyncio.sleep(rng.uniform(0.6, 1.5))
-            if kind:
-                session.accepts[kind] += 1
+            if kind in ("accept", "word"):
+                session.accepts["whole" if kind == "accept" else kind] += 1
+            after_accept = kind == "accept"
             await editor.edit(uri, text, inserted)
             text += inserted
             real = real[len(inserted) :]
             typed += len(inserted)
             start = time.perf_counter()
             shown, source = await editor.suggest(uri, text)
-            session.latencies.append(Latency("accept" if kind else "key", (time.perf_counter() - start) * 1000, source, task.language))
+            session.latencies.append(Latency(kind, (time.perf_counter() - start) * 1000, source, task.language))
         texts[uri] = text
     return session
 
@@ -281,7 +333,7 @@ def report(session: Session, languages: list[str]) -> dict[str, object]:
     out: dict[str, object] = {"accepts": session.accepts}
     for scope in ["all", *languages]:
         picked = [x for x in session.latencies if scope in ("all", x.language)]
-        per_kind: dict[str, object] = {kind: _stats([x.ms for x in picked if x.kind == kind]) for kind in ("first", "key", "accept")}
+        per_kind: dict[str, object] = {kind: _stats([x.ms for x in picked if x.kind == kind]) for kind in FLOWS}
         per_kind["every_request"] = _stats([x.ms for x in picked if x.kind != "first"])
         per_kind["from_cache"] = sum(x.source == "cache" for x in picked)
         out[scope] = per_kind
@@ -307,7 +359,7 @@ async def run(args: argparse.Namespace, visits: list[Task], work: Path) -> dict[
             others.append(other)
         daemon = Daemon("session-bench", shared=True)
         await daemon.start([], work / "cache", settings)
-        editor = LookaheadEditor(daemon)
+        editor = LookaheadEditor(daemon, args.editor)
         session = await type_session(editor, visits, args.keys, args.rest_s, args.read_ms, args.seed)
         status = plain(await daemon.status())
         await editor.close()
@@ -339,6 +391,7 @@ def main() -> int:
     parser.add_argument("--rest-s", type=float, default=3.0, help="the rest before the first request of a visit")
     parser.add_argument("--read-ms", type=float, default=400.0, help="time to read a shown suggestion")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--editor", choices=EDITORS, default="vscode", help="the client lookahead-lsp gets")
     parser.add_argument("--load", choices=("none", "busy-core"), default="none")
     parser.add_argument("--work-ahead", choices=("on", "off"), default="on", help="lookahead-lsp's workAhead setting")
     parser.add_argument(

@@ -154,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     comp.add_argument("--model", metavar="GGUF", help="model to complete with")
     comp.add_argument("--ctx-size", type=int, default=4096, metavar="N", help="context size (4096)")
-    comp.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: all cores)")
+    comp.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: the cores other programs leave free)")
     comp.add_argument(
         "--gpu-layers", type=int, default=-1, metavar="N", help="layers on the GPU, GPU builds only (-1: all)"
     )

@@ -271,9 +271,11 @@ class LookaheadService:
             done.set_result(None)
             return done
         prefix, suffix = text[:offset], text[offset:]
-        cached = self._cached(uri, prefix, suffix)
-        if cached is not None:
+        found = self._cached(uri, prefix, suffix)
+        if found is not None:
+            cached, ahead = found
             self.counters.from_cache += 1
+            self.ahead.served += ahead
             done.set_result(Answer(cached, "cache"))
             self._prepare_next(uri, path, prefix, cached, suffix)
             return done
@@ -292,18 +294,16 @@ class LookaheadService:
         debounce_s = self.settings.debounce_ms / 1000
         return self.worker.submit(self._session + uri, job, debounce=not invoked, debounce_s=debounce_s)
 
-    def _cached(self, uri: str, prefix: str, suffix: str) -> str | None:
+    def _cached(self, uri: str, prefix: str, suffix: str) -> tuple[str, bool] | None:
         """The suggestion the cache gives for the request, cut for it where it is a
-        continuation decoded ahead; None when the cache cannot tell."""
+        continuation decoded ahead, and whether it is; None when the cache cannot tell."""
         hit = self.suggestions.lookup(uri, prefix, suffix)
         if hit is None:
             return None
         if not hit.continuation:
-            return hit.text
+            return hit.text, False
         shown = self._shown(prefix, suffix, hit.text, hit.ended, same_budget=not hit.typed)
-        if shown is not None:
-            self.ahead.served += 1
-        return shown
+        return None if shown is None else (shown, True)
 
     def _shown(self, prefix: str, suffix: str, continuation: str, ended: bool, same_budget: bool) -> str | None:
         stopper = Stopper(prefix, suffix, True, self.settings.multiline)
@@ -367,9 +367,9 @@ class LookaheadService:
     def _queue_ahead(
         self, model: LoadedModel[Answer], uri: str, path: Path | None, prefixes: tuple[str, ...], suffix: str, delay_s: float
     ) -> None:
-        """Queues the first of prefixes whose answer the cache does not know; the job queues
-        the rest once it is done."""
-        while prefixes and self.suggestions.lookup(uri, prefixes[0], suffix) is not None:
+        """Queues the first of prefixes whose answer the cache cannot give (a continuation
+        there that cannot be cut for it does not); the job queues the rest once it is done."""
+        while prefixes and self._cached(uri, prefixes[0], suffix) is not None:
             prefixes = prefixes[1:]
         if not prefixes:
             return
