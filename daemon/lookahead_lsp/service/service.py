@@ -22,7 +22,8 @@ from typing import Any
 
 from lookahead_lsp import __version__
 from lookahead_lsp.service.model_host import LoadedModel, ModelHost, ModelKey
-from lookahead_lsp.service.scheduler import CompletionWorker, SuggestionCache, answer_key, chain, resolve
+from lookahead_lsp.service.scheduler import CompletionWorker, chain, resolve
+from lookahead_lsp.service.suggestions import SuggestionCache, answer_key
 from lookahead_lsp.service.context import context_chunks
 from lookahead_lsp.service.documents import Document, OpenDocuments, edit_end
 from lookahead_lsp.service.next_places import next_places

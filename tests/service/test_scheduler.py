@@ -1,20 +1,18 @@
-"""The model worker's scheduling (debounce, supersede, cancel, errors) and the suggestion cache."""
+"""The model worker's scheduling: debounce, supersede, cancel, errors, the queue's cap, idle work
+and its takeover, and the states a job goes through."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from lookahead_lsp.service.scheduler import (
-    MAX_QUEUED_JOBS,
-    PREFIX_TAIL_CHARS,
-    CacheHit,
-    CompletionWorker,
-    SuggestionCache,
-)
+from lookahead_lsp.service.scheduler import MAX_QUEUED_JOBS, CompletionWorker, InvalidTransition, JobState, advance
 from lookahead_lsp.engine import CancelToken
 
 
@@ -89,79 +87,6 @@ def test_a_failing_job_fails_its_request_only() -> None:
     finally:
         worker.stop()
     assert worker.submit("a", lambda cancel: "late").result(timeout=5) is None  # stopped
-
-
-def test_suggestion_cache_follows_typing() -> None:
-    cache = SuggestionCache(size=2)
-    cache.store("a", "x = ", ")\n", "compute(1, 2")
-    assert cache.lookup("a", "x = ", ")\n") == CacheHit("compute(1, 2")
-    assert cache.lookup("a", "x = comp", ")\n") == CacheHit("ute(1, 2", typed=True)
-    assert cache.lookup("a", "x = compute(1, 2", ")\n") is None  # fully typed: nothing left
-    assert cache.lookup("a", "x = cop", ")\n") is None  # typed something else
-    assert cache.lookup("a", "x = comp", "]\n") is None  # the text after the cursor changed
-    assert cache.lookup("b", "x = comp", ")\n") is None  # another document
-    cache.store("a", "y = ", "", "1")
-    cache.store("a", "z = ", "", "2")
-    assert cache.lookup("a", "x = comp", ")\n") is None  # evicted (LRU of 2)
-
-
-def test_suggestion_cache_of_a_huge_document_stays_small() -> None:
-    # 60 completions while typing in a 4 MB document: each entry keeps a bounded tail and a
-    # digest of the text before the cursor, not the text.
-    cache = SuggestionCache()
-    document = "value = compute(1, 2)\n" * (4_000_000 // 22)
-    uri = "file:///big.py"
-    for i in range(60):
-        at = len(document) - 60 + i
-        cache.store(uri, document[:at], document[at:], f"suggestion_{i}(x)")
-    bound = cache.size * (PREFIX_TAIL_CHARS + 200 + len(uri) + 64)
-    assert 0 < cache.retained_chars() <= bound < len(document) // 10
-    # Typing the start of the last suggestion is still answered from the cache.
-    at = len(document) - 1
-    assert cache.lookup(uri, document[:at] + "sugg", document[at:]) == CacheHit("estion_59(x)", typed=True)
-    # The same tail after another beginning is another text: no answer.
-    changed = "other = 0\n" + document[10:at]
-    assert len(changed) == at and changed[-PREFIX_TAIL_CHARS:] == document[:at][-PREFIX_TAIL_CHARS:]
-    assert cache.lookup(uri, changed + "sugg", document[at:]) is None
-
-
-def test_closing_a_document_drops_its_suggestions() -> None:
-    cache = SuggestionCache()
-    cache.store("a", "x = ", "", "compute()")
-    cache.store("b", "x = ", "", "compute()")
-    cache.drop("a")
-    assert cache.lookup("a", "x = c", "") is None
-    assert cache.lookup("b", "x = c", "") == CacheHit("ompute()", typed=True)
-    cache.drop("b")
-    assert cache.retained_chars() == 0
-
-
-def test_suggestion_cache_is_safe_across_threads() -> None:
-    # The worker stores while the server's loop looks up; neither may see a dict that changed
-    # size under its iteration.
-    cache = SuggestionCache(size=8)
-    failures: list[BaseException] = []
-    stop = threading.Event()
-
-    def store() -> None:
-        i = 0
-        while not stop.is_set():
-            cache.store(f"doc{i % 16}", f"x{i} = ", "", "value")
-            i += 1
-
-    writer = threading.Thread(target=store)
-    writer.start()
-    try:
-        for _ in range(20_000):
-            try:
-                cache.lookup("doc3", "x3 = v", "")
-            except RuntimeError as error:
-                failures.append(error)
-                break
-    finally:
-        stop.set()
-        writer.join()
-    assert not failures
 
 
 def _blocking(started: threading.Event, release: threading.Event) -> Callable[[CancelToken], str]:
@@ -342,16 +267,6 @@ def test_delayed_idle_work_waits_its_delay() -> None:
         worker.stop()
 
 
-def test_a_continuation_answers_until_it_is_typed_in_full() -> None:
-    cache = SuggestionCache()
-    cache.store("a", "x = 1", "", "\n    y = 2", continuation=True, ended=True)
-    assert cache.lookup("a", "x = 1", "") == CacheHit("\n    y = 2", continuation=True, ended=True)
-    assert cache.lookup("a", "x = 1\n    ", "") == CacheHit("y = 2", continuation=True, ended=True, typed=True)
-    # All of it typed: what comes next is the model's end, still an answer to cut.
-    assert cache.lookup("a", "x = 1\n    y = 2", "") == CacheHit("", continuation=True, ended=True, typed=True)
-    assert cache.lookup("a", "x = 1\n    y = 2;", "") is None
-
-
 def test_taking_over_idle_work_supersedes_the_documents_older_request() -> None:
     started = threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
@@ -363,5 +278,89 @@ def test_taking_over_idle_work_supersedes_the_documents_older_request() -> None:
         assert taken is not None
         assert older.result(timeout=5) is None, "the older request was not superseded"
         assert taken.result(timeout=5) == "ahead"
+    finally:
+        worker.stop()
+
+
+def test_a_job_moves_only_forward_and_a_cancelled_one_never_reports() -> None:
+    assert advance(JobState.QUEUED, JobState.RUNNING) is JobState.RUNNING
+    assert advance(JobState.RUNNING, JobState.DONE) is JobState.DONE
+    for final in (JobState.DONE, JobState.CANCELLED):
+        for to in JobState:
+            with pytest.raises(InvalidTransition):
+                advance(final, to)
+    with pytest.raises(InvalidTransition):
+        advance(JobState.QUEUED, JobState.DONE)  # a job that never ran has no result
+
+
+def test_a_job_that_fails_after_it_was_superseded_answers_nothing() -> None:
+    started = threading.Event()
+
+    def fails_once_stopped(cancel: CancelToken) -> str:
+        started.set()
+        while not cancel.cancelled:
+            threading.Event().wait(0.01)
+        raise RuntimeError("stopped mid-pass")
+
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        older = worker.submit("doc", fails_once_stopped, debounce=False)
+        assert started.wait(5)
+        newer = worker.submit("doc", _answer("fresh"), debounce=False)
+        assert older.result(timeout=5) is None
+        assert newer.result(timeout=5) == "fresh"
+    finally:
+        worker.stop()
+
+
+_OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["submit", "submit_now", "idle", "adopt", "cancel_doc", "cancel_job", "drop_idle", "pause"]),
+        st.sampled_from(["a", "b"]),
+        st.integers(0, 2),  # the answer an idle job computes, or the job to cancel
+        st.sampled_from([0.0, 0.01, 0.05]),  # how long the job runs
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(_OPERATIONS)
+def test_whatever_the_order_of_operations_every_job_ends_and_the_worker_goes_on(
+    operations: list[tuple[str, str, int, float]],
+) -> None:
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.001)
+    futures: list[Future[str | None]] = []
+
+    def job(seconds: float, text: str) -> Callable[[CancelToken], str]:
+        def run(cancel: CancelToken) -> str:
+            time.sleep(seconds)
+            return text
+
+        return run
+
+    try:
+        for operation, doc, n, seconds in operations:
+            if operation in ("submit", "submit_now"):
+                futures.append(worker.submit(doc, job(seconds, f"{doc}{n}"), debounce=operation == "submit"))
+            elif operation == "idle":
+                futures.append(worker.submit_idle(doc, (doc, n), job(seconds, f"ahead {doc}{n}")))
+            elif operation == "adopt":
+                taken = worker.adopt((doc, n))
+                if taken is not None:
+                    futures.append(taken)
+            elif operation == "cancel_doc":
+                worker.cancel(doc)
+            elif operation == "cancel_job" and futures:
+                worker.cancel_job(futures[n % len(futures)])
+            elif operation == "drop_idle":
+                worker.drop_idle()
+            elif operation == "pause":  # the worker picks up what waits
+                time.sleep(seconds)
+        # Every job ends: with its own text, or None where it was superseded or dropped.
+        for future in futures:
+            assert future.result(timeout=5) in (None, *(f"{p}{d}{i}" for p in ("", "ahead ") for d in "ab" for i in range(3)))
+        # The worker took no wrong turn on the way: it still answers.
+        assert worker.submit("c", _answer("still here"), debounce=False).result(timeout=5) == "still here"
     finally:
         worker.stop()
