@@ -16,7 +16,8 @@ import pytest
 
 from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.model_host import ModelHost
-from lookahead_lsp.service.service import Answer, LookaheadService
+from lookahead_lsp.service.model_work import Computed
+from lookahead_lsp.service.service import LookaheadService
 from support.recording_client import RecordingClient
 from support.waiting import wait_until
 
@@ -31,15 +32,15 @@ SETTINGS = {"workAhead": False, "draft": "none", "maxTokens": 16}
 
 
 @pytest.fixture(scope="module")
-def hosts() -> Iterator[tuple[ModelHost[Answer], FolderHost]]:
-    models: ModelHost[Answer] = ModelHost(CACHE)
+def hosts() -> Iterator[tuple[ModelHost[Computed], FolderHost]]:
+    models: ModelHost[Computed] = ModelHost(CACHE)
     folders = FolderHost()
     yield models, folders
     folders.close()
     models.close()
 
 
-def _window(hosts: tuple[ModelHost[Answer], FolderHost], *roots: Path) -> tuple[LookaheadService, RecordingClient]:
+def _window(hosts: tuple[ModelHost[Computed], FolderHost], *roots: Path) -> tuple[LookaheadService, RecordingClient]:
     client = RecordingClient()
     service = LookaheadService(client, CACHE, *hosts)
     service.configure(SETTINGS)
@@ -82,7 +83,7 @@ def _project(root: Path, name: str) -> Path:
     return root
 
 
-def test_another_windows_folder_never_reaches_a_prompt(tmp_path: Path, hosts: tuple[ModelHost[Answer], FolderHost]) -> None:
+def test_another_windows_folder_never_reaches_a_prompt(tmp_path: Path, hosts: tuple[ModelHost[Computed], FolderHost]) -> None:
     a, b = _project(tmp_path / "a", "alpha"), _project(tmp_path / "b", "beta")
     first, first_log = _window(hosts, a)
     try:
@@ -113,7 +114,7 @@ def test_another_windows_folder_never_reaches_a_prompt(tmp_path: Path, hosts: tu
 
 
 def test_another_folder_of_the_same_window_never_reaches_a_prompt(
-    tmp_path: Path, hosts: tuple[ModelHost[Answer], FolderHost]
+    tmp_path: Path, hosts: tuple[ModelHost[Computed], FolderHost]
 ) -> None:
     a, b = _project(tmp_path / "a", "alpha"), _project(tmp_path / "b", "beta")
     window, _ = _window(hosts, a, b)
@@ -138,7 +139,7 @@ def _uses_the_token(name: str) -> str:
 
 
 def test_definitions_come_from_the_requests_own_folder_on_disk(
-    tmp_path: Path, hosts: tuple[ModelHost[Answer], FolderHost]
+    tmp_path: Path, hosts: tuple[ModelHost[Computed], FolderHost]
 ) -> None:
     a, b = _project(tmp_path / "a", "alpha"), _project(tmp_path / "b", "beta")
     (a / "settings.py").write_text(_secrets())

@@ -15,7 +15,8 @@ import pytest
 
 from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.model_host import ModelHost
-from lookahead_lsp.service.service import Answer, LookaheadService
+from lookahead_lsp.service.model_work import Computed
+from lookahead_lsp.service.service import LookaheadService
 from support.recording_client import RecordingClient
 from support.waiting import wait_until
 
@@ -25,8 +26,8 @@ MIB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def hosts() -> Iterator[tuple[ModelHost[Answer], FolderHost]]:
-    models: ModelHost[Answer] = ModelHost(CACHE)
+def hosts() -> Iterator[tuple[ModelHost[Computed], FolderHost]]:
+    models: ModelHost[Computed] = ModelHost(CACHE)
     folders = FolderHost()
     yield models, folders
     folders.close()
@@ -37,7 +38,7 @@ def _until(check: Callable[[], bool]) -> None:
     wait_until(check, WAIT_S)
 
 
-def _window(hosts: tuple[ModelHost[Answer], FolderHost], *roots: Path, settings: dict[str, object] | None = None) -> LookaheadService:
+def _window(hosts: tuple[ModelHost[Computed], FolderHost], *roots: Path, settings: dict[str, object] | None = None) -> LookaheadService:
     """A session as `serve` makes one per client: the daemon's hosts, its own editor."""
     service = LookaheadService(RecordingClient(), CACHE, *hosts)
     service.configure(settings or {})
@@ -66,7 +67,7 @@ def _settles(service: LookaheadService, tokens: int) -> None:
     _until(lambda: _tokens(service) == tokens)
 
 
-def test_a_second_window_on_the_same_folder_joins_its_index(tmp_path: Path, hosts: tuple[ModelHost[Answer], FolderHost]) -> None:
+def test_a_second_window_on_the_same_folder_joins_its_index(tmp_path: Path, hosts: tuple[ModelHost[Computed], FolderHost]) -> None:
     root = _project(tmp_path / "project")
     first = _window(hosts, root)
     try:
@@ -101,7 +102,7 @@ def test_a_second_window_on_the_same_folder_joins_its_index(tmp_path: Path, host
     assert hosts[1].folders() == 0, "the last window out must stop the folder"
 
 
-def test_the_daemons_budget_is_shared_out_among_its_folders(tmp_path: Path, hosts: tuple[ModelHost[Answer], FolderHost]) -> None:
+def test_the_daemons_budget_is_shared_out_among_its_folders(tmp_path: Path, hosts: tuple[ModelHost[Computed], FolderHost]) -> None:
     one, two = _project(tmp_path / "one"), _project(tmp_path / "two")
     settings: dict[str, object] = {"indexMemoryMib": 64}
     first = _window(hosts, one, settings=settings)

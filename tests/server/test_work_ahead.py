@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lookahead_lsp.engine.cold_prompt import MIN_SHORT_TOKENS
+from lookahead_lsp.service.model_work import Computed
 from lookahead_lsp.service.next_places import after_enter, next_places
 from lookahead_lsp.service.service import Answer, LookaheadService
 from support.recording_client import RecordingClient
@@ -280,7 +281,7 @@ def test_a_cold_prompt_is_cut_short_and_the_whole_one_evaluated_while_idle(servi
         service.configure({"coldPromptMs": None})
         # The work ahead this leaves is stopped before the next test counts.
         service.worker.drop_idle()
-        service.worker.submit_chore(lambda cancel: Answer("", "model")).result(timeout=WAIT_S)
+        service.worker.submit_chore(lambda cancel: Computed()).result(timeout=WAIT_S)
 
 
 def test_work_ahead_off_leaves_the_model_idle(service: LookaheadService) -> None:

@@ -364,3 +364,21 @@ def test_whatever_the_order_of_operations_every_job_ends_and_the_worker_goes_on(
         assert worker.submit("c", _answer("still here"), debounce=False).result(timeout=5) == "still here"
     finally:
         worker.stop()
+
+
+def test_work_that_follows_other_work_ahead_gives_way_to_newer_idle_work() -> None:
+    """The next place after a suggestion is queued once the work before it is done: where the
+    user's newer report has queued idle work meanwhile, that work stays."""
+    started = threading.Event()
+    worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
+    try:
+        newer = worker.submit_idle("doc", "where the cursor went", _until_cancelled(started, "newer"))
+        assert started.wait(5)
+        follow_up = worker.submit_idle("doc", "the next line", _answer("follow-up"), if_free=True)
+        assert follow_up.result(timeout=5) is None
+        assert not newer.done(), "the follow-up stopped the newer work"
+        worker.drop_idle()
+        assert newer.result(timeout=5) is None
+        assert worker.submit_idle("doc", "the next line", _answer("follow-up"), if_free=True).result(timeout=5) == "follow-up"
+    finally:
+        worker.stop()

@@ -23,7 +23,7 @@ from lookahead_lsp.engine.planning import Planner, StepPlan, auto_window
 from lookahead_lsp.engine.prompt import CompletionRequest, Prompt
 from lookahead_lsp.engine.results import Completion, CompletionStats, TokenTrace
 from lookahead_lsp.engine.runtime import MAIN_SEQ, Cancelled, EngineError, Logits, PassOutput
-from lookahead_lsp.engine.stopping import Stopper, shown_text
+from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation, shown_text
 from lookahead_lsp.engine.sources import SOURCES, WINDOW
 from lookahead_lsp.engine.window import LookaheadWindow
 
@@ -294,7 +294,11 @@ class CompletionRun:
         text = shown_text(self.stopper, self.generated_text(), self.stop_at, cut_short)
         self.stats.tokens = len(self.generated)
         self.stats.ms_total = self._elapsed_ms()
-        return Completion(text, list(self.generated), self.stats, reason, self.trace)
+        answer = None
+        if not self.options.stop_rules and reason != "cancelled":
+            ended = reason == "end-of-generation"
+            answer = shown_from_continuation(self._request_stopper, text, ended, same_budget=reason == "max-tokens")
+        return Completion(text, list(self.generated), self.stats, reason, self.trace, answer)
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.start) * 1000

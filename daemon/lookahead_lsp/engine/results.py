@@ -73,5 +73,8 @@ class Completion:
     text: str
     tokens: list[int]
     stats: CompletionStats
-    stop_reason: str  # stop-rule, max-tokens, end-of-generation, time-budget, context-full, cancelled
+    stop_reason: str  # stop-rule, max-tokens, end-of-generation, time-budget, context-full, answered, cancelled
     trace: list[TokenTrace] = field(default_factory=list)
+    # Run without stop rules (work done ahead): what a request at this run's own cursor shows,
+    # cut from the continuation; None where the continuation stops too soon to tell.
+    answer: str | None = None

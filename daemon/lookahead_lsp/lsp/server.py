@@ -38,6 +38,7 @@ from lookahead_lsp.lsp.items import (
 from lookahead_lsp.lsp.rpc import CURSOR_NOTIFICATION, LookaheadProtocol
 from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.model_host import ModelHost
+from lookahead_lsp.service.model_work import Computed
 from lookahead_lsp.service.service import Answer, LookaheadService
 from lookahead_lsp.lsp.listeners import Listener
 from lookahead_lsp.lsp.transport import Session, serve_socket, serve_stdio
@@ -146,7 +147,7 @@ class LookaheadServer(LanguageServer):
     protocol: LookaheadProtocol
 
     def __init__(
-        self, cache_dir: Path | None = None, host: ModelHost[Answer] | None = None, folders: FolderHost | None = None
+        self, cache_dir: Path | None = None, host: ModelHost[Computed] | None = None, folders: FolderHost | None = None
     ) -> None:
         super().__init__(
             "lookahead-lsp",
@@ -291,7 +292,7 @@ def rebuild_index(ls: LookaheadServer, params: Any) -> None:
 
 
 def build_server(
-    cache_dir: Path | None = None, host: ModelHost[Answer] | None = None, folders: FolderHost | None = None
+    cache_dir: Path | None = None, host: ModelHost[Computed] | None = None, folders: FolderHost | None = None
 ) -> LookaheadServer:
     server = LookaheadServer(cache_dir, host, folders)
     handlers: list[tuple[str, Callable[..., Any], Any]] = [
@@ -351,7 +352,7 @@ def serve(listener: Listener | None, cache_dir: Path | None = None, idle_exit_s:
     swept = sweep_temporaries(cache_dir or default_cache_dir())
     if swept:
         _LOG.info("removed %d temporary files that interrupted writes left in the cache folder", swept)
-    host: ModelHost[Answer] = ModelHost(cache_dir)
+    host: ModelHost[Computed] = ModelHost(cache_dir)
     folders = FolderHost()
     servers: set[LookaheadServer] = set()
 

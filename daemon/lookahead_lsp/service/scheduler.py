@@ -107,25 +107,26 @@ class CompletionWorker(Generic[T]):
         return self._enqueue(_Job(None, run, Future(), time.monotonic()))
 
     def submit_idle(
-        self, key: str, answer: Hashable, run: Callable[[CancelToken], T], delay_s: float = 0.0
+        self, key: str, answer: Hashable, run: Callable[[CancelToken], T], delay_s: float = 0.0, if_free: bool = False
     ) -> Future[T | None]:
         """Queues run(cancel), the computation of `answer`, for when no other job waits, not
         before delay_s from now. It replaces the idle job waiting and stops the one running
-        (what the user did since decides what idle time is for), unless that one is queueing
-        it."""
+        (what the user did since decides what idle time is for); if_free (work that follows
+        other work ahead): it is dropped instead where idle work waits or runs."""
         job = _Job(key, run, Future(), time.monotonic() + delay_s, idle_for=answer)
         with self._lock:
             for same in (self._running, self._idle):
                 if same is not None and same.idle_for == answer and same.state is not JobState.CANCELLED:
                     return same.future
-            if self._stopped:
+            # A job that queues more idle work as it ends does not stop itself.
+            running = None if threading.current_thread() is self._thread else self._running
+            running_idle = running is not None and running.idle_for is not None and running.state is JobState.RUNNING
+            if self._stopped or (if_free and (self._idle is not None or running_idle)):
                 _discard(job)
                 return job.future
             if self._idle is not None:
                 _discard(self._idle)
-            running = self._running
-            on_worker = threading.current_thread() is self._thread
-            if running is not None and running.idle_for is not None and not on_worker:
+            if running is not None and running_idle:
                 _stop(running)
             self._idle = job
             self._lock.notify_all()

@@ -5,17 +5,17 @@ is known), the open documents (documents.py), completions scheduled on the model
 (scheduler.py) and work done ahead, and the status the editor shows (status.py). The server
 (lsp/server.py) only translates LSP messages into calls of this class and its answers back.
 
-One class, one lock: a request, an edit and a settings change see the session's state as one."""
+One class, one lock, one writer: a request, an edit and a settings change see the session's
+state as one. The model's worker only computes (model_work.py); what it computed is applied to
+the state by this class, under the lock, on the session's applier thread."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,15 +26,9 @@ from lookahead_lsp.service.scheduler import CompletionWorker, chain, resolve
 from lookahead_lsp.service.suggestions import SuggestionCache, answer_key
 from lookahead_lsp.service.context import context_chunks
 from lookahead_lsp.service.documents import Document, OpenDocuments, edit_end
+from lookahead_lsp.service.model_work import Computed, Work, compute, decode_options
 from lookahead_lsp.service.next_places import next_places
-from lookahead_lsp.engine import (
-    CancelToken,
-    Completion,
-    CompletionRequest,
-    DecodeOptions,
-    DraftCaches,
-    PromptWindows,
-)
+from lookahead_lsp.engine import CancelToken, Completion, CompletionRequest, DraftCaches
 from lookahead_lsp.base.editor import Editor
 from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
 from lookahead_lsp.service.status import AheadCounters, Counters, ahead_status, workspace_status
@@ -50,13 +44,6 @@ _SESSIONS = itertools.count(1)
 # Edits pause this long before the end of the last one is taken for where the cursor rests: a
 # keystroke's own request comes sooner, and idle work must not start just before it.
 _EDIT_PAUSE_S = 0.5
-# How long a prompt pass of work done ahead may take: a request that arrives meanwhile waits
-# that long at most, about what one of its own prompt passes (128 tokens) takes on a laptop's
-# CPU. Idle, the passes grow to 128 tokens (cheaper per token than smaller ones on a CPU); on a
-# busy machine they shrink.
-_AHEAD_PASS_MS = 200.0
-# A request waits this long for a model still loading before it answers nothing.
-_MODEL_WAIT_S = 30.0
 # The work-done progress of preparing the model (one per session).
 _MODEL_PROGRESS = "lookahead-model"
 
@@ -84,7 +71,7 @@ class LookaheadService:
         self,
         client: Editor,
         cache_dir: Path | None = None,
-        host: ModelHost[Answer] | None = None,
+        host: ModelHost[Computed] | None = None,
         folders: FolderHost | None = None,
     ) -> None:
         self.client = client
@@ -99,11 +86,11 @@ class LookaheadService:
         # The daemon's models and folders, shared with the other sessions (editor windows) it
         # serves.
         self._owns_hosts = host is None
-        self.host: ModelHost[Answer] = host if host is not None else ModelHost(cache_dir)
+        self.host: ModelHost[Computed] = host if host is not None else ModelHost(cache_dir)
         self.folder_host = folders if folders is not None else FolderHost()
         self.workspace = WorkspaceFolders(client, self._lock, self.documents, self._folder_settings(), self.folder_host)
         self._session = f"{next(_SESSIONS)}:"  # sets this session's jobs apart on a shared worker
-        self._model: LoadedModel[Answer] | None = None
+        self._model: LoadedModel[Computed] | None = None
         # Whether the editor says where its cursor rests (lookahead/cursor): else the end of the
         # last edit stands for it.
         self._cursor_reported = False
@@ -111,6 +98,8 @@ class LookaheadService:
         # where the cursor rested then is where the user is once it is ready.
         self._ahead_when_loaded: tuple[str, Path | None, str, str] | None = None
         self._closed = False
+        # The one thread that applies what the model's worker computed to this session's state.
+        self._applier = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lookahead-session-{self._session[:-1]}")
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -123,12 +112,12 @@ class LookaheadService:
         with self._lock:
             self.settings = update.settings
             self.documents.max_document_kb = update.settings.max_document_kb
-        if update.changed:
-            # A suggestion made under other settings (draft, maxTokens, multiline, the model...)
-            # must not come back from the cache as if made under these.
-            self.suggestions.clear()
-            if self._model is not None:
-                self._model.worker.drop_idle()
+            if update.changed:
+                # A suggestion made under other settings (draft, maxTokens, multiline, the
+                # model...) must not come back from the cache as if made under these.
+                self.suggestions.clear()
+                if self._model is not None:
+                    self._model.worker.drop_idle()
         if self._model is not None and self._model.key != self._model_key():
             self.start_model()
         self.workspace.configure(self._folder_settings())
@@ -148,12 +137,13 @@ class LookaheadService:
     def start_model(self) -> None:
         """Takes the model the settings name, from the daemon's models (shared with other
         sessions that name the same) or loaded in the background; requests wait for it."""
-        old = self._model
-        self._model = self.host.acquire(self._model_key(), self._model_changed)
+        acquired = self.host.acquire(self._model_key(), self._model_changed)
+        with self._lock:
+            old, self._model = self._model, acquired
         if old is not None:
             self.host.release(old, self._model_changed)
 
-    def _model_changed(self, model: LoadedModel[Answer]) -> None:
+    def _model_changed(self, model: LoadedModel[Computed]) -> None:
         """The model's load moved on (a stage, said as work-done progress) or ended. By key, not
         identity: the load's thread may get here before acquire() has returned the model."""
         if model is not self._model and model.key != self._model_key():
@@ -173,7 +163,7 @@ class LookaheadService:
             self._ahead_once_loaded(model)
 
     @property
-    def worker(self) -> CompletionWorker[Answer]:
+    def worker(self) -> CompletionWorker[Computed]:
         """The model's worker (shared by the sessions that use the model)."""
         if self._model is None:
             raise RuntimeError("no model started")
@@ -191,6 +181,7 @@ class LookaheadService:
             for uri in self.documents.uris():
                 model.worker.cancel(self._session + uri)
             self.host.release(model, self._model_changed)
+        self._applier.shutdown(wait=False)
         if self._owns_hosts:
             self.host.close()
             self.folder_host.close()
@@ -241,9 +232,9 @@ class LookaheadService:
         with self._lock:
             self.documents.close(uri)
             self.workspace.editor_text(path, None)
+            self.suggestions.drop(uri)
         if self._model is not None:
             self._model.worker.cancel(self._session + uri)
-        self.suggestions.drop(uri)
 
     def read_unopened(self, path: Path | None) -> str | None:
         """A file the editor did not open, if it is one the daemon may read (see unopened.py).
@@ -260,6 +251,11 @@ class LookaheadService:
             folder.disk_event(path, "deleted" if kind == "deleted" else "changed")
 
     # -- completions ---------------------------------------------------------------------------
+    #
+    # The state a completion changes (counters, the suggestion cache, the last completion, what
+    # is queued next) is changed under the session's lock by the caller's thread (the editor's
+    # requests and reports) or by the session's applier thread, which applies what the model's
+    # worker computed (`_apply`): the worker's jobs only compute (model_work.py).
 
     def complete(
         self, uri: str, path: Path | None, text: str, offset: int, language: str, invoked: bool = False
@@ -268,32 +264,36 @@ class LookaheadService:
         work done ahead for it, else from the model on its worker (superseding this document's
         earlier request). invoked: the user asked explicitly (no debounce)."""
         done: Future[Answer | None] = Future()
-        if self._model is None or not self._completes(uri, text, language):
+        model = self._model
+        if model is None or not self._completes(uri, text, language):
             done.set_result(None)
             return done
         prefix, suffix = text[:offset], text[offset:]
-        found = self._cached(uri, prefix, suffix)
-        if found is not None:
-            cached, ahead = found
-            self.counters.from_cache += 1
-            self.ahead.served += ahead
-            done.set_result(Answer(cached, "cache"))
-            self._prepare_next(uri, path, prefix, cached, suffix)
-            return done
-        adopted = self.worker.adopt(answer_key(self._session + uri, prefix, suffix))
-        if adopted is not None:
+        with self._lock:
+            found = self._cached(uri, prefix, suffix)
+            if found is not None:
+                cached, ahead = found
+                self.counters.from_cache += 1
+                self.ahead.served += ahead
+                done.set_result(Answer(cached, "cache"))
+                self._prepare_next(uri, path, prefix, cached, suffix)
+                return done
+            adopted = model.worker.adopt(answer_key(self._session + uri, prefix, suffix))
+            if adopted is None:
+                self._submit(model, Work(uri, path, prefix, suffix), done, debounce=not invoked)
+                return done
             self.ahead.adopted += 1
-            worker = self.worker
-            # The editor cancels `done` ($/cancelRequest): the job it took over stops with it.
-            done.add_done_callback(lambda f: worker.cancel_job(adopted) if f.cancelled() else None)
-            adopted.add_done_callback(lambda f: self._after_adopted(uri, path, prefix, suffix, f, done))
-            return done
-        return self._submit(uri, path, prefix, suffix, invoked)
+        # The editor cancels `done` ($/cancelRequest): the job it took over stops with it.
+        done.add_done_callback(lambda f: model.worker.cancel_job(adopted) if f.cancelled() else None)
+        adopted.add_done_callback(lambda f: self._post(self._after_adopted, model, uri, path, prefix, suffix, f, done))
+        return done
 
-    def _submit(self, uri: str, path: Path | None, prefix: str, suffix: str, invoked: bool) -> Future[Answer | None]:
-        job = self._job(uri, path, prefix, suffix, ahead=False)
+    def _submit(self, model: LoadedModel[Computed], work: Work, done: Future[Answer | None], debounce: bool) -> None:
+        """Queues a request's work; `done` gets its answer once applied (lock held)."""
         debounce_s = self.settings.debounce_ms / 1000
-        return self.worker.submit(self._session + uri, job, debounce=not invoked, debounce_s=debounce_s)
+        job = model.worker.submit(self._session + work.uri, self._job(work, done), debounce, debounce_s)
+        done.add_done_callback(lambda f: model.worker.cancel_job(job) if f.cancelled() else None)
+        job.add_done_callback(lambda f: self._post(self._ended, f, done))
 
     def _cached(self, uri: str, prefix: str, suffix: str) -> tuple[str, bool] | None:
         """The suggestion the cache gives for the request, cut for it where it is a
@@ -303,27 +303,25 @@ class LookaheadService:
             return None
         if not hit.continuation:
             return hit.text, False
-        shown = self._shown(prefix, suffix, hit.text, hit.ended, same_budget=not hit.typed)
-        return None if shown is None else (shown, True)
-
-    def _shown(self, prefix: str, suffix: str, continuation: str, ended: bool, same_budget: bool) -> str | None:
         stopper = Stopper(prefix, suffix, True, self.settings.multiline)
-        return shown_from_continuation(stopper, continuation, ended, same_budget)
+        shown = shown_from_continuation(stopper, hit.text, hit.ended, same_budget=not hit.typed)
+        return None if shown is None else (shown, True)
 
     def cursor_rests(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> None:
         """The editor's cursor stopped at `offset`: while the model is idle, the completion
         there is computed (its prompt evaluated first), so that typing there starts warm."""
-        self._cursor_reported = True
-        if not self._completes(uri, text, language):
-            return
-        self._work_ahead(uri, path, text[:offset], text[offset:])
+        with self._lock:
+            self._cursor_reported = True
+            if self._completes(uri, text, language):
+                self._work_ahead(uri, path, text[:offset], text[offset:])
 
     def edited(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> None:
         """The user's last edit ended at `offset`. For an editor that does not say where its
         cursor rests (no lookahead/cursor so far), the end of the last edit stands for it: once
         the edits pause, the completion there is computed while the model is idle."""
-        if not self._cursor_reported and self._completes(uri, text, language):
-            self._work_ahead(uri, path, text[:offset], text[offset:], _EDIT_PAUSE_S)
+        with self._lock:
+            if not self._cursor_reported and self._completes(uri, text, language):
+                self._work_ahead(uri, path, text[:offset], text[offset:], _EDIT_PAUSE_S)
 
     def _completes(self, uri: str, text: str, language: str) -> bool:
         too_large = self.documents.too_large(uri, text)
@@ -332,203 +330,201 @@ class LookaheadService:
     def _prepare_next(self, uri: str, path: Path | None, prefix: str, shown: str, suffix: str) -> bool:
         """`shown` was suggested at (prefix, suffix): the places the user may go next are
         computed while the model is idle, one after the other (next_places.py). Whether
-        there is any."""
+        there is any (lock held)."""
         places = next_places(prefix, shown, suffix)
         if places:
             self._work_ahead(uri, path, places[0], suffix, then=tuple(places[1:]))
         return bool(places)
 
     def _work_ahead(
-        self, uri: str, path: Path | None, prefix: str, suffix: str, delay_s: float = 0.0, then: tuple[str, ...] = ()
+        self,
+        uri: str,
+        path: Path | None,
+        prefix: str,
+        suffix: str,
+        delay_s: float = 0.0,
+        then: tuple[str, ...] = (),
+        if_free: bool = False,
     ) -> None:
         """Queues the completion of (prefix, suffix) for when the model is idle, unless it is
         known already or the user turned this off; while the model loads, for once it is ready.
-        then: the texts before the cursor of further places, prepared after it."""
+        then: the texts before the cursor of further places, prepared after it; if_free: only
+        if no other work ahead waits or runs (lock held)."""
         if not self.settings.work_ahead:
             return
         model = self._model
         if model is None or model.engine is None:
             self._ahead_when_loaded = (uri, path, prefix, suffix)
             return
-        self._queue_ahead(model, uri, path, (prefix, *then), suffix, delay_s)
+        self._queue_ahead(model, uri, path, (prefix, *then), suffix, delay_s, if_free)
 
-    def _ahead_once_loaded(self, model: LoadedModel[Answer]) -> None:
+    def _ahead_once_loaded(self, model: LoadedModel[Computed]) -> None:
         """The model is ready: the work ahead asked for while it loaded is queued, if its
         document still has the text it was asked for (else an edit or a report since has
         said where the user is)."""
-        pending, self._ahead_when_loaded = self._ahead_when_loaded, None
-        if pending is None or not self.settings.work_ahead:
-            return
-        uri, path, prefix, suffix = pending
-        # On the load's thread: the documents are read under the lock the editor's changes take.
         with self._lock:
+            pending, self._ahead_when_loaded = self._ahead_when_loaded, None
+            if pending is None or not self.settings.work_ahead:
+                return
+            uri, path, prefix, suffix = pending
             if self.documents.text(uri) == prefix + suffix:
                 self._queue_ahead(model, uri, path, (prefix,), suffix, 0.0)
 
     def _queue_ahead(
-        self, model: LoadedModel[Answer], uri: str, path: Path | None, prefixes: tuple[str, ...], suffix: str, delay_s: float
+        self,
+        model: LoadedModel[Computed],
+        uri: str,
+        path: Path | None,
+        prefixes: tuple[str, ...],
+        suffix: str,
+        delay_s: float,
+        if_free: bool = False,
     ) -> None:
         """Queues the first of prefixes whose answer the cache cannot give (a continuation
-        there that cannot be cut for it does not); the job queues the rest once it is done."""
+        there that cannot be cut for it does not); the rest follow once it is done (lock held)."""
         while prefixes and self._cached(uri, prefixes[0], suffix) is not None:
             prefixes = prefixes[1:]
         if not prefixes:
             return
-        prefix, then = prefixes[0], prefixes[1:]
-        job = self._job(uri, path, prefix, suffix, ahead=True, then=then)
+        work = Work(uri, path, prefixes[0], suffix, ahead=True, then=prefixes[1:])
         key = self._session + uri
-        model.worker.submit_idle(key, answer_key(key, prefix, suffix), job, delay_s)
+        done: Future[Answer | None] = Future()
+        job = model.worker.submit_idle(key, answer_key(key, work.prefix, suffix), self._job(work, done), delay_s, if_free)
+        job.add_done_callback(lambda f: self._post(self._ended, f, done))
 
     def _after_adopted(
         self,
+        model: LoadedModel[Computed],
         uri: str,
         path: Path | None,
         prefix: str,
         suffix: str,
-        future: Future[Answer | None],
+        future: Future[Computed | None],
         done: Future[Answer | None],
     ) -> None:
-        """The request took over work done ahead for it: the continuation is cut for it, or,
-        where that cannot tell (or the work was stopped), the model runs for it after all,
-        unless the editor cancelled the request meanwhile."""
+        """The request took over work done ahead for it (applied by now): the engine's answer
+        for the request's cursor, or, where the continuation could not tell (or the work was
+        stopped), the model runs for it after all, unless the editor cancelled the request
+        meanwhile (on the applier, lock held)."""
         if done.cancelled():
             return
-        answer = None if future.cancelled() or future.exception() is not None else future.result()
-        completion = answer.completion if answer is not None else None
-        shown = None
-        if completion is not None and completion.stop_reason != "cancelled":
-            ended = completion.stop_reason == "end-of-generation"
-            shown = self._shown(prefix, suffix, completion.text, ended, same_budget=completion.stop_reason == "max-tokens")
-        if shown is None:
-            chain(self._submit(uri, path, prefix, suffix, invoked=True), done)
+        computed = None if future.cancelled() or future.exception() is not None else future.result()
+        completion = computed.completion if computed is not None else None
+        if completion is None or completion.answer is None:
+            self._submit(model, Work(uri, path, prefix, suffix), done, debounce=False)
             return
-        assert completion is not None
-        self._served(completion, shown)
-        resolve(done, Answer(shown, "model", completion))
-        self._prepare_next(uri, path, prefix, shown, suffix)
+        self._served(completion, completion.answer)
+        resolve(done, Answer(completion.answer, "model", completion))
+        self._prepare_next(uri, path, prefix, completion.answer, suffix)
 
-    def _queue_warm(self, uri: str, path: Path | None, prefix: str, suffix: str) -> None:
+    def _queue_warm(self, work: Work) -> None:
         """A completion there was given a short prompt (cold_prompt.py): the whole one is
-        evaluated when the model is idle, for the next requests there to use."""
+        evaluated when the model is idle, for the next requests there to use (lock held)."""
         model = self._model
         if model is None or not self.settings.work_ahead:
             return
-        job = self._job(uri, path, prefix, suffix, ahead=True, warm=True)
-        key = self._session + uri
-        model.worker.submit_idle(key, ("warm", answer_key(key, prefix, suffix)), job)
+        warm = Work(work.uri, work.path, work.prefix, work.suffix, ahead=True, warm=True)
+        key = self._session + work.uri
+        done: Future[Answer | None] = Future()
+        job = model.worker.submit_idle(key, ("warm", answer_key(key, work.prefix, work.suffix)), self._job(warm, done))
+        job.add_done_callback(lambda f: self._post(self._ended, f, done))
 
-    def _job(
-        self,
-        uri: str,
-        path: Path | None,
-        prefix: str,
-        suffix: str,
-        ahead: bool,
-        warm: bool = False,
-        then: tuple[str, ...] = (),
-    ) -> Callable[[CancelToken], Answer]:
-        """The model's work for one completion (warm: for the evaluation of its whole prompt
-        alone), under the settings of now; then: the places work ahead prepares next."""
-        settings = self.settings
+    def _job(self, work: Work, done: Future[Answer | None]) -> Callable[[CancelToken], Computed]:
+        """The worker's job for `work`, under the settings of now: it computes on the worker
+        and hands what it computed to the applier (`done` gets the answer there)."""
+        options = decode_options(self.settings, work.ahead)
+        sources = self.settings.context_sources if self.settings.extra_context_tokens else ()
         # The other documents as they are now; their lines are cut out on the worker.
-        recent = self.documents.others(uri)
-        options = DecodeOptions(
-            draft=settings.draft,
-            multiline=settings.multiline,
-            max_tokens=settings.max_tokens,
-            time_budget_ms=settings.time_budget_ms,
-            windows=PromptWindows(settings.prefix_tokens, settings.suffix_tokens, settings.extra_context_tokens),
-            # Without work ahead nothing would evaluate a cut prompt's whole one later.
-            cold_prompt_ms=settings.cold_prompt_ms if settings.work_ahead else None,
-        )
-        if ahead:
-            # The model's own continuation, uncut: each request it answers cuts it for itself.
-            options = dataclasses.replace(options, stop_rules=False, prefill_pass_ms=_AHEAD_PASS_MS)
+        recent = self.documents.others(work.uri)
 
-        def run(cancel: CancelToken) -> Answer:
+        def run(cancel: CancelToken) -> Computed:
             # On the worker: a request queued while the model loads finds the folders that open
             # once it is loaded.
-            place = self._place(uri, path)
-            sources = settings.context_sources if settings.extra_context_tokens else ()
+            place = self._place(work.uri, work.path)
             retrieval = place.folder.retrieval if place.folder is not None else None
-            chunks = context_chunks(sources, retrieval, path, prefix, self._of_folder(recent, place), self._name)
-            request = CompletionRequest(prefix, suffix, place.name, chunks, place.repository, owner=self._session + uri)
-            if warm:
-                return self._warm(request, options, cancel)
-            answer = self._run(uri, path, place, request, options, cancel, ahead)
-            if then and not cancel.cancelled:
-                self._work_ahead(uri, path, then[0], suffix, then=then[1:])
-            return answer
+            chunks = context_chunks(sources, retrieval, work.path, work.prefix, self._of_folder(recent, place), self._name)
+            owner = self._session + work.uri
+            request = CompletionRequest(work.prefix, work.suffix, place.name, chunks, place.repository, owner=owner)
+            computed = compute(self._model, work, request, options, _caches(place), cancel)
+            self._post(self._apply, work, computed, cancel, done)
+            return computed
 
         return run
 
-    def _run(
-        self,
-        uri: str,
-        path: Path | None,
-        place: Place,
-        request: CompletionRequest,
-        options: DecodeOptions,
-        cancel: CancelToken,
-        ahead: bool,
-    ) -> Answer:
-        model = self._model
-        if model is None or not model.ready.wait(_MODEL_WAIT_S):
-            return Answer("", "model")
-        engine = model.engine
-        if engine is None or cancel.cancelled:
-            return Answer("", "model")
+    def _post(self, apply: Callable[..., None], *args: Any) -> None:
+        """Runs apply(*args) on the session's applier thread, under the lock, after everything
+        posted before it."""
+
+        def under_lock() -> None:
+            with self._lock:
+                apply(*args)
+
         try:
-            result = engine.complete(request, options, _caches(place), cancel)
-        except Exception as error:
-            self.counters.failed += 1
-            self.client.log(logging.ERROR, f"completion failed: {error}")
-            raise
+            self._applier.submit(under_lock)
+        except RuntimeError:  # the session shut down: nothing is waiting for its state
+            pass
+
+    def _apply(self, work: Work, computed: Computed, cancel: CancelToken, done: Future[Answer | None]) -> None:
+        """What a job computed changes the session's state: the counters, the suggestion
+        cache, the last completion, and what is prepared next; then `done` gets the answer
+        (None where the job was superseded meanwhile) (on the applier, lock held)."""
+        if computed.warmed_tokens:
+            self.ahead.warmed(computed.warmed_tokens, computed.warmed_ms)
+        result = computed.completion
+        if result is None:
+            resolve(done, None if cancel.cancelled else Answer("", "model"))
+            return
         if result.stop_reason == "cancelled":
-            if ahead:
+            if work.ahead:
                 self.ahead.record(result)
-            self.counters.cancelled += not ahead
-            return Answer("", "model", result)
+            self.counters.cancelled += not work.ahead
+            resolve(done, None)
+            return
         ended = result.stop_reason == "end-of-generation"
-        self.suggestions.store(uri, request.prefix, request.suffix, result.text, ahead, ended)
-        if ahead:
-            # Counted once its answer is in the cache: a status that shows the run finished
-            # finds it there (counted first, a request could come between and miss it).
-            self.ahead.record(result)
+        self.suggestions.store(work.uri, work.prefix, work.suffix, result.text, work.ahead, ended)
         continued = False
-        if not ahead:
+        if work.ahead:
+            self.ahead.record(result)
+            if work.then and not cancel.cancelled:
+                # After the user's newer work ahead, if any: it says better where they are.
+                self._work_ahead(work.uri, work.path, work.then[0], work.suffix, then=work.then[1:], if_free=True)
+        else:
             self._served(result, result.text)
             # What the user sees may be accepted next: its continuation (and the next line) is
             # decoded while they read it.
-            continued = self._prepare_next(uri, path, request.prefix, result.text, request.suffix)
+            continued = self._prepare_next(work.uri, work.path, work.prefix, result.text, work.suffix)
         if result.stats.short_prompt:
             self.ahead.short_prompts += 1
             if not continued:  # else the next place's own short prompt queues it
-                self._queue_warm(uri, path, request.prefix, request.suffix)
-        return Answer(result.text, "model", result)
+                self._queue_warm(work)
+        resolve(done, None if cancel.cancelled else Answer(result.text, "model", result))
 
-    def _warm(self, request: CompletionRequest, options: DecodeOptions, cancel: CancelToken) -> Answer:
-        model = self._model
-        engine = model.engine if model is not None and model.ready.is_set() else None
-        if engine is None or cancel.cancelled:
-            return Answer("", "model")
-        began = time.perf_counter()
-        tokens = engine.warm(request, options, cancel)
-        self.ahead.warmed(tokens, (time.perf_counter() - began) * 1000)
-        return Answer("", "model")
+    def _ended(self, job: Future[Computed | None], done: Future[Answer | None]) -> None:
+        """A job left the worker (on the applier, after its `_apply` if it ran): one that
+        failed fails its request, one that never ran or was superseded answers nothing."""
+        if not job.cancelled() and (error := job.exception()) is not None:
+            self.counters.failed += 1
+            self.client.log(logging.ERROR, f"completion failed: {error}")
+            if not done.done():
+                try:
+                    done.set_exception(error)
+                except InvalidStateError:
+                    pass
+            return
+        resolve(done, None)
 
     def _served(self, result: Completion, shown: str) -> None:
         """A request was answered by the model with `shown` (result's text, or what was cut
-        for it from a continuation decoded ahead)."""
+        for it from a continuation decoded ahead) (lock held)."""
         self.counters.served += 1
         self.last_completion = {"text": shown, "stop_reason": result.stop_reason, **result.stats.as_dict()}
 
     def cancel(self, future: Future[Answer | None]) -> None:
         """The editor cancelled the request `complete` returned `future` for: its model work
         stops, and no newer request for the document goes with it."""
-        if self._model is not None:
-            self._model.worker.cancel_job(future)
-        self.counters.cancelled += 1
+        future.cancel()
+        with self._lock:
+            self.counters.cancelled += 1
 
     def _place(self, uri: str, path: Path | None) -> Place:
         folder = self.workspace.of(path)
