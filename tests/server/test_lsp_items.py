@@ -114,6 +114,8 @@ LSP_MODE = _initialize(
     {"snippetSupport": False, "insertReplaceSupport": True, "insertTextModeSupport": {"valueSet": [1, 2]}},
 )
 HELIX = _initialize({"name": "helix", "version": "25.1"}, {"snippetSupport": True, "insertReplaceSupport": True})
+# An editor this daemon knows nothing of, with the least capabilities a client can send.
+UNKNOWN = _initialize({"name": "some-new-editor", "version": "1.0"}, {})
 
 # The blank line of a method body, and a suggestion of three lines: one in the block, one blank,
 # one at the next method's indentation.
@@ -131,8 +133,9 @@ SUGGESTION = "if x:\n            return {'$': x}\n\n    def h(self):"
         (EGLOT, MenuClient(Insertion.TEXT_EDIT)),
         (LSP_MODE, MenuClient(Insertion.TEXT_EDIT, as_is=True)),
         (HELIX, MenuClient(Insertion.TEXT_EDIT)),
+        (UNKNOWN, MenuClient(Insertion.TEXT_EDIT)),
     ],
-    ids=["neovim-0.7", "neovim-0.10", "neovim-0.12", "neovim-cmp", "eglot", "lsp-mode", "helix"],
+    ids=["neovim-0.7", "neovim-0.10", "neovim-0.12", "neovim-cmp", "eglot", "lsp-mode", "helix", "unknown"],
 )
 def test_each_client_is_known_by_its_initialize_request(
     params: types.InitializeParams, expected: MenuClient

@@ -289,6 +289,7 @@ def test_work_ahead_off_leaves_the_model_idle(service: LookaheadService) -> None
     try:
         # A file no other test opens: its prompt is cold.
         uri, text, offset = _spot("calendar.py", "    def formatmonth(self, theyear, themonth, w=0, l=0):")
+        _settled(service)  # the work ahead of the tests before, stopped by the change
         before = _ahead(service)
         shown = _complete(service, uri, text, offset)
         service.cursor_rests(uri, None, text, offset + 1, "python")

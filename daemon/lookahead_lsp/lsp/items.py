@@ -97,8 +97,10 @@ class Insertion(enum.Enum):
 
 @dataclass(frozen=True)
 class MenuClient:
-    """What the client's completion menu does with an item, from its initialize request. The
-    default, for a client not known, is the item every client inserts correctly: one line."""
+    """What the client's completion menu does with an item, from its initialize request
+    (menu_client: a text edit for every client but Neovim's own menu, a client not known
+    included, as the protocol says). Before initialize has said which client it is, the default
+    is the item every client inserts correctly: one line."""
 
     insertion: Insertion = Insertion.FIRST_LINE
     # It lists InsertTextMode.asIs, so it can be told not to re-indent the item's later lines

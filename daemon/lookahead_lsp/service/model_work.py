@@ -1,4 +1,5 @@
-"""One job of the model's worker: what it computes (Work), under which decoding options, and the
+"""One job of the model's worker: what it computes (Work), under which decoding options, the
+request it builds (where its document sits, the context its prompt carries), and the
 computation itself, which only reads the session's state. What it computed goes back to the
 service, the one writer of the session's state (service.py, `_apply`)."""
 
@@ -9,9 +10,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from collections.abc import Sequence
+
 from lookahead_lsp.engine import CancelToken, Completion, CompletionRequest, DecodeOptions, DraftCaches, PromptWindows
+from lookahead_lsp.service.context import context_chunks
+from lookahead_lsp.service.documents import Document
+from lookahead_lsp.service.folders import WorkspaceFolders
 from lookahead_lsp.service.model_host import LoadedModel
 from lookahead_lsp.service.settings import Settings
+from lookahead_lsp.workspace.folder import WorkspaceFolder
 
 # How long a prompt pass of work done ahead may take: a request that arrives meanwhile waits
 # that long at most, about what one of its own prompt passes (128 tokens) takes on a laptop's
@@ -61,6 +68,36 @@ def decode_options(settings: Settings, ahead: bool) -> DecodeOptions:
         # The model's own continuation, uncut: each request it answers cuts it for itself.
         options = dataclasses.replace(options, stop_rules=False, prefill_pass_ms=AHEAD_PASS_MS)
     return options
+
+
+def request_for(
+    workspace: WorkspaceFolders, work: Work, sources: Sequence[str], recent: list[tuple[str, Document]], owner: str
+) -> tuple[CompletionRequest, DraftCaches]:
+    """On the worker: the request for `work` and the drafting caches of its document's folder.
+    recent: the session's other documents, latest first; a prompt carries no text of another
+    folder than its document's (outside every folder: only of documents outside every one)."""
+    folder = workspace.of(work.path)
+
+    def name(path: Path | None, uri: str) -> str:
+        return _name(path, uri, workspace.of(path))
+
+    of_folder = [(uri, doc) for uri, doc in recent if workspace.of(doc.path) is folder]
+    retrieval = folder.retrieval if folder is not None else None
+    chunks = context_chunks(sources, retrieval, work.path, work.prefix, of_folder, name)
+    repository = folder.root.name if folder is not None else ""
+    request = CompletionRequest(work.prefix, work.suffix, name(work.path, work.uri), chunks, repository, owner=owner)
+    if folder is None:
+        return request, DraftCaches()
+    # The folder refreshes its repository cache here, on the worker.
+    workspace_cache, repository_cache = folder.caches()
+    return request, DraftCaches(workspace_cache, repository_cache)
+
+
+def _name(path: Path | None, uri: str, folder: WorkspaceFolder | None) -> str:
+    """A document's name in a prompt: relative to its folder."""
+    if path is not None and folder is not None:
+        return path.relative_to(folder.root).as_posix()
+    return path.name if path is not None else uri.rsplit("/", 1)[-1]
 
 
 def compute(

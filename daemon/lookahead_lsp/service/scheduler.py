@@ -320,21 +320,3 @@ def resolve(future: Future[T | None], value: T | None) -> None:
         future.set_result(value)
     except InvalidStateError:
         pass
-
-
-def chain(source: Future[T | None], target: Future[T | None]) -> None:
-    """target gets source's outcome when it comes (target may have been cancelled meanwhile)."""
-
-    def copy(f: Future[T | None]) -> None:
-        if f.cancelled():
-            resolve(target, None)
-        elif (error := f.exception()) is not None:
-            if not target.done():
-                try:
-                    target.set_exception(error)
-                except InvalidStateError:
-                    pass
-        else:
-            resolve(target, f.result())
-
-    source.add_done_callback(copy)

@@ -14,27 +14,25 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lookahead_lsp import __version__
 from lookahead_lsp.service.model_host import LoadedModel, ModelHost, ModelKey
-from lookahead_lsp.service.scheduler import CompletionWorker, chain, resolve
+from lookahead_lsp.service.scheduler import CompletionWorker, resolve
 from lookahead_lsp.service.suggestions import SuggestionCache, answer_key
-from lookahead_lsp.service.context import context_chunks
 from lookahead_lsp.service.documents import Document, OpenDocuments, edit_end
-from lookahead_lsp.service.model_work import Computed, Work, compute, decode_options
-from lookahead_lsp.service.next_places import next_places
-from lookahead_lsp.engine import CancelToken, Completion, CompletionRequest, DraftCaches
+from lookahead_lsp.service.model_work import Computed, Work, compute, decode_options, request_for
+from lookahead_lsp.service.work_ahead import WorkAhead
+from lookahead_lsp.engine import CancelToken, Completion
 from lookahead_lsp.base.editor import Editor
 from lookahead_lsp.engine.stopping import Stopper, shown_from_continuation
-from lookahead_lsp.service.status import AheadCounters, Counters, ahead_status, workspace_status
+from lookahead_lsp.service.status import AheadCounters, Counters, session_status, workspace_status
 from lookahead_lsp.service.settings import Settings, apply_update, model_values
 from lookahead_lsp.service.unopened import read_unopened
-from lookahead_lsp.workspace.folder import FolderSettings, WorkspaceFolder
+from lookahead_lsp.workspace.folder import FolderSettings
 from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.folders import WorkspaceFolders
 
@@ -46,17 +44,6 @@ _SESSIONS = itertools.count(1)
 _EDIT_PAUSE_S = 0.5
 # The work-done progress of preparing the model (one per session).
 _MODEL_PROGRESS = "lookahead-model"
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a request's document sits, looked up once per request: its workspace folder (None
-    outside every one), its name relative to that folder, and the folder's name (the prompt's
-    repository)."""
-
-    folder: WorkspaceFolder | None
-    name: str
-    repository: str
 
 
 @dataclass
@@ -94,9 +81,13 @@ class LookaheadService:
         # Whether the editor says where its cursor rests (lookahead/cursor): else the end of the
         # last edit stands for it.
         self._cursor_reported = False
-        # The last work ahead asked for while the model was loading (uri, path, prefix, suffix):
-        # where the cursor rested then is where the user is once it is ready.
-        self._ahead_when_loaded: tuple[str, Path | None, str, str] | None = None
+        self._planner = WorkAhead(
+            self._session,
+            lambda: self.settings.work_ahead,
+            lambda: self._model is not None and self._model.engine is not None,
+            lambda uri, prefix, suffix: self._cached(uri, prefix, suffix) is not None,
+            self._submit_idle,
+        )
         self._closed = False
         # The one thread that applies what the model's worker computed to this session's state.
         self._applier = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lookahead-session-{self._session[:-1]}")
@@ -160,7 +151,7 @@ class LookaheadService:
             self.client.log(logging.INFO, f"model loaded: {model.path}")
             self.client.status_changed()
             self.workspace.use_model(model.path)
-            self._ahead_once_loaded(model)
+            self._ahead_once_loaded()
 
     @property
     def worker(self) -> CompletionWorker[Computed]:
@@ -276,7 +267,7 @@ class LookaheadService:
                 self.counters.from_cache += 1
                 self.ahead.served += ahead
                 done.set_result(Answer(cached, "cache"))
-                self._prepare_next(uri, path, prefix, cached, suffix)
+                self._planner.after_shown(Work(uri, path, prefix, suffix), cached)
                 return done
             adopted = model.worker.adopt(answer_key(self._session + uri, prefix, suffix))
             if adopted is None:
@@ -313,7 +304,7 @@ class LookaheadService:
         with self._lock:
             self._cursor_reported = True
             if self._completes(uri, text, language):
-                self._work_ahead(uri, path, text[:offset], text[offset:])
+                self._planner.at(Work(uri, path, text[:offset], text[offset:]))
 
     def edited(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> None:
         """The user's last edit ended at `offset`. For an editor that does not say where its
@@ -321,75 +312,28 @@ class LookaheadService:
         the edits pause, the completion there is computed while the model is idle."""
         with self._lock:
             if not self._cursor_reported and self._completes(uri, text, language):
-                self._work_ahead(uri, path, text[:offset], text[offset:], _EDIT_PAUSE_S)
+                self._planner.at(Work(uri, path, text[:offset], text[offset:]), _EDIT_PAUSE_S)
 
     def _completes(self, uri: str, text: str, language: str) -> bool:
         too_large = self.documents.too_large(uri, text)
         return language not in self.settings.disabled_languages and not too_large
 
-    def _prepare_next(self, uri: str, path: Path | None, prefix: str, shown: str, suffix: str) -> bool:
-        """`shown` was suggested at (prefix, suffix): the places the user may go next are
-        computed while the model is idle, one after the other (next_places.py). Whether
-        there is any (lock held)."""
-        places = next_places(prefix, shown, suffix)
-        if places:
-            self._work_ahead(uri, path, places[0], suffix, then=tuple(places[1:]))
-        return bool(places)
-
-    def _work_ahead(
-        self,
-        uri: str,
-        path: Path | None,
-        prefix: str,
-        suffix: str,
-        delay_s: float = 0.0,
-        then: tuple[str, ...] = (),
-        if_free: bool = False,
-    ) -> None:
-        """Queues the completion of (prefix, suffix) for when the model is idle, unless it is
-        known already or the user turned this off; while the model loads, for once it is ready.
-        then: the texts before the cursor of further places, prepared after it; if_free: only
-        if no other work ahead waits or runs (lock held)."""
-        if not self.settings.work_ahead:
-            return
-        model = self._model
-        if model is None or model.engine is None:
-            self._ahead_when_loaded = (uri, path, prefix, suffix)
-            return
-        self._queue_ahead(model, uri, path, (prefix, *then), suffix, delay_s, if_free)
-
-    def _ahead_once_loaded(self, model: LoadedModel[Computed]) -> None:
+    def _ahead_once_loaded(self) -> None:
         """The model is ready: the work ahead asked for while it loaded is queued, if its
         document still has the text it was asked for (else an edit or a report since has
         said where the user is)."""
         with self._lock:
-            pending, self._ahead_when_loaded = self._ahead_when_loaded, None
-            if pending is None or not self.settings.work_ahead:
-                return
-            uri, path, prefix, suffix = pending
-            if self.documents.text(uri) == prefix + suffix:
-                self._queue_ahead(model, uri, path, (prefix,), suffix, 0.0)
+            pending, self._planner.when_loaded = self._planner.when_loaded, None
+            if pending is not None and self.documents.text(pending.uri) == pending.prefix + pending.suffix:
+                self._planner.at(pending)
 
-    def _queue_ahead(
-        self,
-        model: LoadedModel[Computed],
-        uri: str,
-        path: Path | None,
-        prefixes: tuple[str, ...],
-        suffix: str,
-        delay_s: float,
-        if_free: bool = False,
-    ) -> None:
-        """Queues the first of prefixes whose answer the cache cannot give (a continuation
-        there that cannot be cut for it does not); the rest follow once it is done (lock held)."""
-        while prefixes and self._cached(uri, prefixes[0], suffix) is not None:
-            prefixes = prefixes[1:]
-        if not prefixes:
+    def _submit_idle(self, work: Work, answer: Hashable, delay_s: float, if_free: bool) -> None:
+        """Queues work ahead on the model's worker (lock held)."""
+        model = self._model
+        if model is None:
             return
-        work = Work(uri, path, prefixes[0], suffix, ahead=True, then=prefixes[1:])
-        key = self._session + uri
         done: Future[Answer | None] = Future()
-        job = model.worker.submit_idle(key, answer_key(key, work.prefix, suffix), self._job(work, done), delay_s, if_free)
+        job = model.worker.submit_idle(self._session + work.uri, answer, self._job(work, done), delay_s, if_free)
         job.add_done_callback(lambda f: self._post(self._ended, f, done))
 
     def _after_adopted(
@@ -415,19 +359,7 @@ class LookaheadService:
             return
         self._served(completion, completion.answer)
         resolve(done, Answer(completion.answer, "model", completion))
-        self._prepare_next(uri, path, prefix, completion.answer, suffix)
-
-    def _queue_warm(self, work: Work) -> None:
-        """A completion there was given a short prompt (cold_prompt.py): the whole one is
-        evaluated when the model is idle, for the next requests there to use (lock held)."""
-        model = self._model
-        if model is None or not self.settings.work_ahead:
-            return
-        warm = Work(work.uri, work.path, work.prefix, work.suffix, ahead=True, warm=True)
-        key = self._session + work.uri
-        done: Future[Answer | None] = Future()
-        job = model.worker.submit_idle(key, ("warm", answer_key(key, work.prefix, work.suffix)), self._job(warm, done))
-        job.add_done_callback(lambda f: self._post(self._ended, f, done))
+        self._planner.after_shown(Work(uri, path, prefix, suffix), completion.answer)
 
     def _job(self, work: Work, done: Future[Answer | None]) -> Callable[[CancelToken], Computed]:
         """The worker's job for `work`, under the settings of now: it computes on the worker
@@ -440,12 +372,8 @@ class LookaheadService:
         def run(cancel: CancelToken) -> Computed:
             # On the worker: a request queued while the model loads finds the folders that open
             # once it is loaded.
-            place = self._place(work.uri, work.path)
-            retrieval = place.folder.retrieval if place.folder is not None else None
-            chunks = context_chunks(sources, retrieval, work.path, work.prefix, self._of_folder(recent, place), self._name)
-            owner = self._session + work.uri
-            request = CompletionRequest(work.prefix, work.suffix, place.name, chunks, place.repository, owner=owner)
-            computed = compute(self._model, work, request, options, _caches(place), cancel)
+            request, caches = request_for(self.workspace, work, sources, recent, self._session + work.uri)
+            computed = compute(self._model, work, request, options, caches, cancel)
             self._post(self._apply, work, computed, cancel, done)
             return computed
 
@@ -485,18 +413,17 @@ class LookaheadService:
         continued = False
         if work.ahead:
             self.ahead.record(result)
-            if work.then and not cancel.cancelled:
-                # After the user's newer work ahead, if any: it says better where they are.
-                self._work_ahead(work.uri, work.path, work.then[0], work.suffix, then=work.then[1:], if_free=True)
+            if not cancel.cancelled:
+                self._planner.after_done(work)
         else:
             self._served(result, result.text)
             # What the user sees may be accepted next: its continuation (and the next line) is
             # decoded while they read it.
-            continued = self._prepare_next(work.uri, work.path, work.prefix, result.text, work.suffix)
+            continued = self._planner.after_shown(work, result.text)
         if result.stats.short_prompt:
             self.ahead.short_prompts += 1
             if not continued:  # else the next place's own short prompt queues it
-                self._queue_warm(work)
+                self._planner.whole_prompt(work)
         resolve(done, None if cancel.cancelled else Answer(result.text, "model", result))
 
     def _ended(self, job: Future[Computed | None], done: Future[Answer | None]) -> None:
@@ -526,73 +453,12 @@ class LookaheadService:
         with self._lock:
             self.counters.cancelled += 1
 
-    def _place(self, uri: str, path: Path | None) -> Place:
-        folder = self.workspace.of(path)
-        return Place(folder, _name(path, uri, folder), folder.root.name if folder is not None else "")
-
-    def _of_folder(self, recent: list[tuple[str, Document]], place: Place) -> list[tuple[str, Document]]:
-        """The documents of `recent` in the request's own workspace folder (outside every
-        folder: those outside every folder too): a prompt carries no text of another folder."""
-        return [(uri, doc) for uri, doc in recent if self.workspace.of(doc.path) is place.folder]
-
-    def _name(self, path: Path | None, uri: str) -> str:
-        """A document's name in a prompt: relative to its folder."""
-        return _name(path, uri, self.workspace.of(path))
-
     # -- status --------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         loaded = self._model
-        model = str(loaded.path) if loaded is not None and loaded.path else None
-        error = loaded.error if loaded is not None else None
-        loading = loaded is None or not loaded.ready.is_set()
-        engine = loaded.engine if loaded is not None else None
-        superseded = loaded.worker.superseded if loaded is not None else 0
-        preempted = loaded.worker.idle_preempted if loaded is not None else 0
-        workspace = workspace_status(*self.workspace.statuses(), error is not None)
-        if loading:
-            workspace["index"]["state"] = "indexing"
-        return {
-            "version": __version__,
-            "model": model,
-            "model_state": "loading" if loading else ("error" if error else "ready"),
-            "model_error": error,
-            # What preparing the model does now (loading, measuring the machine...): null once
-            # it is ready.
-            "model_stage": loaded.stage if loaded is not None and loading else None,
-            # Which device runs the model ("CPU", "CUDA0", ...) and where each verified
-            # position's argmax is taken ("backend" or "host"): null until a model is loaded.
-            "backend": engine.backend if engine is not None else None,
-            "sampling": engine.sampling if engine is not None else None,
-            **workspace,
-            "completions": {
-                "served": self.counters.served,
-                "from_cache": self.counters.from_cache,
-                "cancelled": self.counters.cancelled + superseded,
-                "failed": self.counters.failed,
-            },
-            "last": self.last_completion,
-            "ahead": ahead_status(self.ahead, self.settings.work_ahead, engine, preempted),
-            # Sessions (editor windows) of this daemon that share this one's model, and the
-            # models and workspace folders the daemon holds for all its sessions.
-            "shared": {
-                "sessions": loaded.sessions if loaded is not None else 0,
-                "models": self.host.loaded(),
-                "folders": self.folder_host.folders(),
-            },
-            "draft": self.settings.draft,
-        }
-
-
-def _name(path: Path | None, uri: str, folder: WorkspaceFolder | None) -> str:
-    if path is not None and folder is not None:
-        return path.relative_to(folder.root).as_posix()
-    return path.name if path is not None else uri.rsplit("/", 1)[-1]
-
-
-def _caches(place: Place) -> DraftCaches:
-    """The document's folder's caches (on the worker, which refreshes the static one)."""
-    if place.folder is None:
-        return DraftCaches()
-    workspace, repository = place.folder.caches()
-    return DraftCaches(workspace, repository)
+        workspace = workspace_status(*self.workspace.statuses(), loaded is not None and loaded.error is not None)
+        with self._lock:
+            return session_status(
+                loaded, workspace, self.counters, self.last_completion, self.ahead, self.settings, self.host, self.folder_host
+            )

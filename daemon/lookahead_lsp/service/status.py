@@ -1,6 +1,6 @@
-"""Parts of lookahead/status: the service's counters of completions and of work done ahead, and
-the workspace (the folders' indexes added up, each folder's root, repository cache, watcher and
-index)."""
+"""lookahead/status: the model's state, the service's counters of completions and of work done
+ahead, the last completion, the workspace (the folders' indexes added up, each folder's root,
+repository cache, watcher and index) and what the daemon shares among its sessions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lookahead_lsp import __version__
 from lookahead_lsp.engine import Completion, Engine
+from lookahead_lsp.service.folder_host import FolderHost
+from lookahead_lsp.service.model_host import LoadedModel, ModelHost
+from lookahead_lsp.service.settings import Settings
 from lookahead_lsp.workspace.folder import FolderStatus
 
 
@@ -118,4 +122,54 @@ def _folder_status(root: Path, status: FolderStatus | None) -> dict[str, Any]:
             "table_files": index.table_files,
             "table_bytes": index.table_bytes,
         },
+    }
+
+
+def session_status(
+    loaded: LoadedModel[Any] | None,
+    workspace: dict[str, Any],
+    counters: Counters,
+    last: dict[str, Any] | None,
+    ahead: AheadCounters,
+    settings: Settings,
+    models: ModelHost[Any],
+    folders: FolderHost,
+) -> dict[str, Any]:
+    """The whole lookahead/status of one session; workspace: workspace_status's."""
+    error = loaded.error if loaded is not None else None
+    loading = loaded is None or not loaded.ready.is_set()
+    engine = loaded.engine if loaded is not None else None
+    superseded = loaded.worker.superseded if loaded is not None else 0
+    preempted = loaded.worker.idle_preempted if loaded is not None else 0
+    if loading:
+        workspace["index"]["state"] = "indexing"
+    return {
+        "version": __version__,
+        "model": str(loaded.path) if loaded is not None and loaded.path else None,
+        "model_state": "loading" if loading else ("error" if error else "ready"),
+        "model_error": error,
+        # What preparing the model does now (loading, measuring the machine...): null once it
+        # is ready.
+        "model_stage": loaded.stage if loaded is not None and loading else None,
+        # Which device runs the model ("CPU", "CUDA0", ...) and where each verified position's
+        # argmax is taken ("backend" or "host"): null until a model is loaded.
+        "backend": engine.backend if engine is not None else None,
+        "sampling": engine.sampling if engine is not None else None,
+        **workspace,
+        "completions": {
+            "served": counters.served,
+            "from_cache": counters.from_cache,
+            "cancelled": counters.cancelled + superseded,
+            "failed": counters.failed,
+        },
+        "last": last,
+        "ahead": ahead_status(ahead, settings.work_ahead, engine, preempted),
+        # Sessions (editor windows) of this daemon that share this one's model, and the models
+        # and workspace folders the daemon holds for all its sessions.
+        "shared": {
+            "sessions": loaded.sessions if loaded is not None else 0,
+            "models": models.loaded(),
+            "folders": folders.folders(),
+        },
+        "draft": settings.draft,
     }

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from lookahead_lsp.base.debounce import wait_for_batch
 from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache, WorkspaceView
 from lookahead_lsp.base.editor import Editor
 from lookahead_lsp.base.errors import UserError
@@ -246,14 +247,14 @@ class WorkspaceFolder:
         """The next batch of editor text, `debounce_s` after its first change; None when
         stopping; empty after FOLD_CHECK_S without one (the watcher's changes count too)."""
         with self._condition:
-            self._condition.wait_for(lambda: self._stopping or self._batch_started is not None, timeout=FOLD_CHECK_S)
-            if self._batch_started is None and not self._stopping:
-                return {}
-            if self._batch_started is not None and not self._stopping:
-                start = max(self._batch_started + self._settings.debounce_s, self._next_batch_at)
-                self._condition.wait_for(lambda: self._stopping, timeout=max(start - time.monotonic(), 0.0))
+            started, stopping = (lambda: self._batch_started), (lambda: self._stopping)
+            due = wait_for_batch(
+                self._condition, started, stopping, self._settings.debounce_s, FOLD_CHECK_S, self._next_batch_at
+            )
             if self._stopping:
                 return None
+            if not due:
+                return {}
             edits, self._edits, self._batch_started = self._edits, {}, None
             return edits
 

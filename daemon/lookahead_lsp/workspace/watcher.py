@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
 
+from lookahead_lsp.base.debounce import wait_for_batch
 from lookahead_lsp.workspace import inotify
 from lookahead_lsp.workspace.folder_watches import FolderWatches, describe
 from lookahead_lsp.workspace.index import WorkspaceIndex
@@ -246,13 +247,8 @@ class WorkspaceWatcher:
         """The next debounced batch; an empty one after an idle health-check interval; None
         when stopping."""
         with self._condition:
-            self._condition.wait_for(
-                lambda: self._stopping or self._batch_started is not None,
-                timeout=self._settings.health_check_s,
-            )
-            if self._batch_started is not None and not self._stopping:
-                remaining = self._batch_started + self._settings.debounce_s - time.monotonic()
-                self._condition.wait_for(lambda: self._stopping, timeout=max(remaining, 0.0))
+            started, stopping = (lambda: self._batch_started), (lambda: self._stopping)
+            wait_for_batch(self._condition, started, stopping, self._settings.debounce_s, self._settings.health_check_s)
             if self._stopping:
                 return None
             batch = (self._pending, self._rescan)
