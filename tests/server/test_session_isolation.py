@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.model_host import ModelHost
 from lookahead_lsp.service.model_work import Computed
 from lookahead_lsp.service.service import LookaheadService
+from support.hosts import hosts  # noqa: F401  (the fixture)
 from support.recording_client import RecordingClient
 from support.waiting import wait_until
 
@@ -29,15 +27,6 @@ ASKS = 'API_TOKEN = "'
 # No work done ahead (its idle jobs would make the order of the model's work a race) and one
 # token at a time: what is tested is which text a prompt may hold.
 SETTINGS = {"workAhead": False, "draft": "none", "maxTokens": 16}
-
-
-@pytest.fixture(scope="module")
-def hosts() -> Iterator[tuple[ModelHost[Computed], FolderHost]]:
-    models: ModelHost[Computed] = ModelHost(CACHE)
-    folders = FolderHost()
-    yield models, folders
-    folders.close()
-    models.close()
 
 
 def _window(hosts: tuple[ModelHost[Computed], FolderHost], *roots: Path) -> tuple[LookaheadService, RecordingClient]:

@@ -8,30 +8,21 @@ memory budget is shared out among its folders instead of given to each."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 
 from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.model_host import ModelHost
 from lookahead_lsp.service.model_work import Computed
 from lookahead_lsp.service.service import LookaheadService
+from support.hosts import hosts  # noqa: F401  (the fixture)
 from support.recording_client import RecordingClient
 from support.waiting import wait_until
 
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
 WAIT_S = 300.0
 MIB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def hosts() -> Iterator[tuple[ModelHost[Computed], FolderHost]]:
-    models: ModelHost[Computed] = ModelHost(CACHE)
-    folders = FolderHost()
-    yield models, folders
-    folders.close()
-    models.close()
 
 
 def _until(check: Callable[[], bool]) -> None:

@@ -61,7 +61,7 @@ def decode_options(settings: Settings, ahead: bool) -> DecodeOptions:
         max_tokens=settings.max_tokens,
         time_budget_ms=settings.time_budget_ms,
         windows=PromptWindows(settings.prefix_tokens, settings.suffix_tokens, settings.extra_context_tokens),
-        # Without work ahead nothing would evaluate a cut prompt's whole one later.
+        # Without work ahead nothing would evaluate a short prompt's whole one later.
         cold_prompt_ms=settings.cold_prompt_ms if settings.work_ahead else None,
     )
     if ahead:

@@ -32,7 +32,7 @@ MACHINE_OVERRIDABLE = "machine-overridable"
 DRAFT_MODE_DESCRIPTIONS: dict[str, str] = {
     "auto": "Draft from n-gram lookup with a length chosen by the cost model (default).",
     "none": "No drafting: one token per model pass.",
-    "lookup": "Token trees from the document, workspace and static caches.",
+    "lookup": "Token trees from the context (this document), workspace and static caches.",
     "lookahead": "Lookup plus a Jacobi lookahead window.",
 }
 SAMPLING_DESCRIPTIONS: dict[str, str] = {
