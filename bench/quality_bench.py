@@ -213,7 +213,7 @@ def request_for(q: QualityTask, variant: str, recent: list[tuple[str, Document]]
         lambda path, uri: f"{folder.name}/{path.relative_to(folder).as_posix()}" if path else uri,
     )  # fmt: skip
     # An owner per variant: the engine would otherwise serve a variant with the context another
-    # variant's saved state of the same document was built with (kv_snapshots.context_of).
+    # variant's saved state of the same document was built with (kv_states.context_of).
     name = f"{folder.name}/{task.path.name}"
     return CompletionRequest(prefix, suffix, name, extra, owner=f"{variant}:{name}")
 

@@ -291,7 +291,7 @@ def test_interrupted_build_leaves_no_file(big_folder: Path, tmp_path: Path) -> N
     )
     try:
         workers = _wait_for_children(process.pid, count=2, timeout=30)
-        time.sleep(1.0)  # let the workers get into tokenizing
+        _wait_for_work(workers, cpu_s=0.5, timeout=60)  # the workers are into tokenizing
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=30)
     finally:
@@ -340,6 +340,21 @@ def _wait_for_children(pid: int, count: int, timeout: float) -> list[int]:
             return workers
         time.sleep(0.05)
     raise AssertionError(f"build-cache did not start {count} workers")
+
+
+def _wait_for_work(pids: list[int], cpu_s: float, timeout: float) -> None:
+    """Until each process has run cpu_s seconds on a CPU (importing, then its share of work)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            times = [sum(int(f) for f in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13]) for pid in pids]
+        except OSError:  # one ended already: past its work
+            return
+        if min(times) >= cpu_s * tick:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the workers did not start working")
 
 
 def _is_spawned_worker_of(proc_entry: Path, pid: int) -> bool:

@@ -138,23 +138,23 @@ def test_coming_back_to_a_file_puts_its_kv_state_back(engine: Engine) -> None:
     engine.forget_kv()
     first = _run(engine, first_file, caches, "none")
     _run(engine, other_file, caches, "none")  # the other file's prompt takes the KV cache
-    assert len(engine.snapshots) == 1 and engine.snapshots.nbytes > 0
+    assert len(engine.kv_states) == 1 and engine.kv_states.nbytes > 0
     back = _run(engine, first_file, caches, "none")
     assert back.stats.prompt_evaluated <= 4, "the first file's prompt was evaluated again"
-    assert engine.snapshots.stats.restored == 1
+    assert engine.kv_states.stats.restored == 1
     at = _first_difference(first.tokens, back.tokens)
     assert at is None or first.trace[at].margin < NEAR_TIE
     # With no memory for saved states, coming back costs the whole prompt again.
     engine.forget_kv()
-    engine.snapshots.budget_bytes = 0
+    engine.kv_states.budget_bytes = 0
     try:
         _run(engine, first_file, caches, "none")
         _run(engine, other_file, caches, "none")
         again = _run(engine, first_file, caches, "none")
-        assert len(engine.snapshots) == 0
+        assert len(engine.kv_states) == 0
         assert again.stats.prompt_evaluated >= again.stats.prompt_tokens - 8  # BOS and the like shared
     finally:
-        engine.snapshots.budget_bytes = engine.settings.kv_snapshot_mib * 2**20
+        engine.kv_states.budget_bytes = engine.settings.kv_state_mib * 2**20
 
 
 def test_coming_back_after_editing_another_file_still_puts_the_state_back(engine: Engine) -> None:

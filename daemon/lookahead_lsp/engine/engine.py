@@ -19,7 +19,7 @@ from lookahead_lsp.engine.cold_prompt import GROWTH, WHOLE_OVER_SHORT, ShortLeng
 from lookahead_lsp.engine.completion import CompletionRun, RunInputs
 from lookahead_lsp.engine.cost_model import CostModel, OnlineCost
 from lookahead_lsp.engine.healing import TokenPrefixes, mid_word
-from lookahead_lsp.engine.kv_snapshots import MIN_GAIN_TOKENS, KvSnapshots
+from lookahead_lsp.engine.kv_states import MIN_GAIN_TOKENS, KvStates
 from lookahead_lsp.engine.options import CancelToken, DecodeOptions, DraftCaches, EngineSettings, step_room
 from lookahead_lsp.engine.policy import AutoPolicy
 from lookahead_lsp.engine.prompt import CompletionRequest, ContextChunk, FimTokens, Prompt, PromptBuilder
@@ -54,7 +54,7 @@ class Engine:
         # The last request's owner, its text before the cursor and everything it generated: the
         # "previous" draft source, for the next request of the same owner.
         self.previous: tuple[str, str, str] | None = None
-        self.snapshots = KvSnapshots(settings.kv_snapshot_mib * 2**20)
+        self.kv_states = KvStates(settings.kv_state_mib * 2**20)
         # The owner of the KV cache's prompt (its state is saved under that name),
         # and the extra context that prompt was built with.
         self._kv_owner: str | None = None
@@ -149,7 +149,7 @@ class Engine:
         """Empties the KV cache and drops the saved states: the next prompt is evaluated whole
         (what a cold start costs)."""
         self.runtime.clear()
-        self.snapshots.clear()
+        self.kv_states.clear()
 
     def close(self) -> None:
         self.save_calibration()
@@ -196,14 +196,14 @@ class Engine:
     ) -> tuple[CompletionRequest, Prompt]:
         """The request's prompt; or, coming back to a file whose KV state was saved, the prompt
         with the extra context that state was built with, when that spares evaluating it
-        (kv_snapshots.py)."""
+        (kv_states.py)."""
         prompt = self.build_prompt(request, options)
-        kept = self.snapshots.context_of(request.identity) if request.identity else None
+        kept = self.kv_states.context_of(request.identity) if request.identity else None
         if kept is None or kept == request.extra_context:
             return request, prompt
         again = dataclasses.replace(request, extra_context=kept)
         other = self.build_prompt(again, options)
-        reach = self.snapshots.reach
+        reach = self.kv_states.reach
         if reach(self.runtime, other.tokens) >= reach(self.runtime, prompt.tokens) + MIN_GAIN_TOKENS:
             return again, other
         return request, prompt
@@ -218,7 +218,7 @@ class Engine:
         token_ms = self._prompt_token_ms()
         if options.cold_prompt_ms is None or token_ms is None:
             return None
-        reach = self.snapshots.reach
+        reach = self.kv_states.reach
         missing = len(prompt.tokens) - reach(self.runtime, prompt.tokens)
         if missing <= WHOLE_OVER_SHORT:
             return None
@@ -276,8 +276,8 @@ class Engine:
 
     def _take_kv(self, prompt: Prompt, request: CompletionRequest) -> None:
         """Before `prompt` is evaluated: the state it replaces is saved, and a saved one that
-        serves it better is put back (kv_snapshots.py); the cache is labelled as its."""
-        self.snapshots.prepare(self.runtime, prompt.tokens, self._kv_owner, self._kv_context)
+        serves it better is put back (kv_states.py); the cache is labelled as its."""
+        self.kv_states.prepare(self.runtime, prompt.tokens, self._kv_owner, self._kv_context)
         self._kv_owner, self._kv_context = request.identity or None, request.extra_context
 
     def build_prompt(

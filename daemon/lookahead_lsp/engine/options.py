@@ -54,8 +54,8 @@ class EngineSettings:
     n_gpu_layers: int = -1  # -1: all, on a GPU build of llama-cpp-python
     cache_dir: Path | None = None  # cost model and calibration (default ~/.cache/lookahead-lsp)
     sampling: str = "auto"  # where each position's argmax is taken (runtime.SAMPLING_MODES)
-    # Host memory for the KV states of recently used documents (kv_snapshots.py); 0: none kept.
-    kv_snapshot_mib: int = 256
+    # Host memory for the KV states of recently used documents (kv_states.py); 0: none kept.
+    kv_state_mib: int = 256
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,13 @@ class CompletionWorker(Generic[T]):
         return job.future
 
     @property
+    def idle_running(self) -> bool:
+        """Whether idle work (work ahead) runs now."""
+        with self._lock:
+            running = self._running
+            return running is not None and running.idle_for is not None and running.state is JobState.RUNNING
+
+    @property
     def queued(self) -> int:
         """Jobs waiting (the running one not counted)."""
         with self._lock:

@@ -52,12 +52,16 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def ahead_status(a: AheadCounters, enabled: bool, engine: Engine | None, preempted: int) -> dict[str, Any]:
+def ahead_status(
+    a: AheadCounters, enabled: bool, engine: Engine | None, preempted: int, running: bool
+) -> dict[str, Any]:
     """"ahead": what work done while the model was idle cost and saved (preempted: idle jobs
-    the worker stopped for requests), and the KV states of recently used documents."""
-    snapshots = engine.snapshots if engine is not None else None
+    the worker stopped for requests; running: whether some runs now), and the KV states of
+    recently used documents."""
+    kv_states = engine.kv_states if engine is not None else None
     return {
         "enabled": enabled,
+        "running": running,
         "runs": a.runs,
         "stopped": a.stopped + preempted,
         "served": a.served,
@@ -69,10 +73,10 @@ def ahead_status(a: AheadCounters, enabled: bool, engine: Engine | None, preempt
         # What a prompt token costs on this machine now, which decides where prompts are cut.
         "prompt_token_ms": _rounded(engine.runtime.prompt_token_ms) if engine is not None else None,
         # KV states of recently used documents, and what putting them back spared.
-        "kv_states": len(snapshots) if snapshots else 0,
-        "kv_states_mib": round(snapshots.nbytes / 2**20, 1) if snapshots else 0.0,
-        "kv_restored": snapshots.stats.restored if snapshots else 0,
-        "kv_tokens_restored": snapshots.stats.tokens_restored if snapshots else 0,
+        "kv_states": len(kv_states) if kv_states else 0,
+        "kv_states_mib": round(kv_states.nbytes / 2**20, 1) if kv_states else 0.0,
+        "kv_restored": kv_states.stats.restored if kv_states else 0,
+        "kv_tokens_restored": kv_states.stats.tokens_restored if kv_states else 0,
     }
 
 
@@ -163,7 +167,7 @@ def session_status(
             "failed": counters.failed,
         },
         "last": last,
-        "ahead": ahead_status(ahead, settings.work_ahead, engine, preempted),
+        "ahead": ahead_status(ahead, settings.work_ahead, engine, preempted, loaded is not None and loaded.worker.idle_running),
         # Sessions (editor windows) of this daemon that share this one's model, and the models
         # and workspace folders the daemon holds for all its sessions.
         "shared": {

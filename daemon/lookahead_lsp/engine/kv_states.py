@@ -42,13 +42,13 @@ Key = tuple[str, int]
 
 
 @dataclass
-class SnapshotStats:
+class KvStateStats:
     saved: int = 0
     restored: int = 0
     tokens_restored: int = 0  # prompt tokens a restore spared from evaluation
 
 
-class KvSnapshots:
+class KvStates:
     """Saved KV states by document and start, least recently used first out, within
     `budget_bytes`."""
 
@@ -57,7 +57,7 @@ class KvSnapshots:
         self._states: OrderedDict[Key, KvState] = OrderedDict()
         # The extra context each document's last saved state was built with.
         self._contexts: dict[str, Context] = {}
-        self.stats = SnapshotStats()
+        self.stats = KvStateStats()
 
     @property
     def nbytes(self) -> int:
