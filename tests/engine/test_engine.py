@@ -380,10 +380,10 @@ def test_work_done_ahead_that_a_request_awaits_stops_at_its_answer(engine: Engin
     engine.forget_kv()
     whole = engine.complete(request, ahead)
     assert whole.stop_reason == "max-tokens" and "\n" in whole.text.strip()
-    awaited = CancelToken()
-    awaited.await_answer()
+    awaited = threading.Event()
+    awaited.set()
     engine.forget_kv()
-    cut_short = engine.complete(request, ahead, cancel=awaited)
+    cut_short = engine.complete(request, ahead, awaited=awaited)
     assert cut_short.stop_reason == "answered"
     assert cut_short.stats.tokens < whole.stats.tokens
     engine.forget_kv()

@@ -9,6 +9,7 @@ it (the bonus token). Every emitted token is the model's argmax at the position 
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -66,6 +67,7 @@ class CompletionRun:
         caches: DraftCaches,
         cancel: CancelToken,
         start: float,
+        awaited: threading.Event | None = None,
     ) -> None:
         self.inputs = inputs
         self.runtime = inputs.runtime
@@ -74,6 +76,7 @@ class CompletionRun:
         self.options = options
         self.caches = caches
         self.cancel = cancel
+        self.awaited = awaited
         self.start = start
         self.stats = CompletionStats()
         self.stopper = Stopper(request.prefix, request.suffix, options.stop_rules, options.multiline)
@@ -262,11 +265,14 @@ class CompletionRun:
             self.stop_at = self.stopper.check(self.generated_text())
             if self.stop_at is not None:
                 reason = "stop-rule"
-        elif reason is None and self.cancel.awaited and self._request_stopper.check(self.generated_text()) is not None:
+        elif reason is None and self._is_awaited() and self._request_stopper.check(self.generated_text()) is not None:
             # The continuation holds the answer of the request waiting for it: the rest would
             # only make it wait longer (the text stays uncut, as work done ahead keeps it).
             reason = "answered"
         return reason
+
+    def _is_awaited(self) -> bool:
+        return self.awaited is not None and self.awaited.is_set()
 
     @functools.cached_property
     def _request_stopper(self) -> Stopper:

@@ -161,7 +161,11 @@ class Engine:
         options: DecodeOptions = DecodeOptions(),
         caches: DraftCaches = DraftCaches(),
         cancel: CancelToken | None = None,
+        awaited: threading.Event | None = None,
     ) -> Completion:
+        """awaited: set (from any thread) once a request waits for this work done ahead (no stop
+        rules): it then stops as soon as that request's answer is known (stop reason
+        `answered`) instead of decoding on while the request waits."""
         policy = self._policy
         if options.mode.uses_policy:
             # A first use measures the seed curve: before this completion's clock starts.
@@ -182,7 +186,7 @@ class Engine:
         self.runtime.set_threads(threads)
         inputs = RunInputs(self.runtime, self.tokenizer, prompt, heal_ids, rest, policy)
         cancel = cancel or CancelToken()
-        run = CompletionRun(inputs, request, options, caches, cancel, start)
+        run = CompletionRun(inputs, request, options, caches, cancel, start, awaited)
         with self.runtime.interrupted_by(cancel.interrupt):
             result = run.execute()
         result.stats.threads = threads

@@ -114,13 +114,10 @@ class DraftCaches:
 class CancelToken:
     """Set from any thread; the engine checks it between model passes and prompt chunks, and
     the pass under way ends at once where the backend allows (`interrupt`: llama.cpp's CPU
-    backend). Work done ahead (no stop rules) that a request takes over is told so too
-    (`awaited`): it then stops as soon as that request's answer is known instead of decoding on
-    while it waits."""
+    backend)."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
-        self._awaited = threading.Event()
         self.interrupt = PassInterrupt()
 
     def cancel(self) -> None:
@@ -130,13 +127,6 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         return self._event.is_set()
-
-    def await_answer(self) -> None:
-        self._awaited.set()
-
-    @property
-    def awaited(self) -> bool:
-        return self._awaited.is_set()
 
 
 def step_room(options: DecodeOptions) -> int:

@@ -6,6 +6,7 @@ service, the one writer of the session's state (service.py, `_apply`)."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,8 +108,10 @@ def compute(
     options: DecodeOptions,
     caches: DraftCaches,
     cancel: CancelToken,
+    awaited: threading.Event | None = None,
 ) -> Computed:
-    """On the worker: the model's work for `work` (waiting for a model still loading)."""
+    """On the worker: the model's work for `work` (waiting for a model still loading);
+    awaited: set once a request waits for this work done ahead (Engine.complete)."""
     if model is None or not model.ready.wait(MODEL_WAIT_S):
         return Computed()
     engine = model.engine
@@ -118,4 +121,4 @@ def compute(
         began = time.perf_counter()
         tokens = engine.warm(request, options, cancel)
         return Computed(warmed_tokens=tokens, warmed_ms=(time.perf_counter() - began) * 1000)
-    return Computed(engine.complete(request, options, caches, cancel))
+    return Computed(engine.complete(request, options, caches, cancel, awaited))

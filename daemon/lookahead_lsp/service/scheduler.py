@@ -61,6 +61,9 @@ class _Job(Generic[T]):
     # (a request asking exactly that takes it over instead of preempting it).
     idle_for: Hashable | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
+    # Set once a request has taken the idle job over (adopt): it then stops at that request's
+    # answer. The job's run is handed the same event when it is built (submit_idle).
+    awaited: threading.Event = field(default_factory=threading.Event)
     state: JobState = JobState.QUEUED
 
     def move(self, to: JobState) -> None:
@@ -107,13 +110,22 @@ class CompletionWorker(Generic[T]):
         return self._enqueue(_Job(None, run, Future(), time.monotonic()))
 
     def submit_idle(
-        self, key: str, answer: Hashable, run: Callable[[CancelToken], T], delay_s: float = 0.0, if_free: bool = False
+        self,
+        key: str,
+        answer: Hashable,
+        run: Callable[[CancelToken], T],
+        delay_s: float = 0.0,
+        if_free: bool = False,
+        awaited: threading.Event | None = None,
     ) -> Future[T | None]:
         """Queues run(cancel), the computation of `answer`, for when no other job waits, not
         before delay_s from now. It replaces the idle job waiting and stops the one running
         (what the user did since decides what idle time is for); if_free (work that follows
-        other work ahead): it is dropped instead where idle work waits or runs."""
+        other work ahead): it is dropped instead where idle work waits or runs. awaited: set
+        once a request takes the job over."""
         job = _Job(key, run, Future(), time.monotonic() + delay_s, idle_for=answer)
+        if awaited is not None:
+            job.awaited = awaited
         with self._lock:
             for same in (self._running, self._idle):
                 if same is not None and same.idle_for == answer and same.state is not JobState.CANCELLED:
@@ -140,7 +152,7 @@ class CompletionWorker(Generic[T]):
             running = self._running
             if running is not None and running.idle_for == answer and running.state is JobState.RUNNING:
                 running.idle_for = None
-                running.cancel.await_answer()
+                running.awaited.set()
                 # As a new request would, it supersedes its document's older ones.
                 self._drop(lambda other: other.key == running.key and other is not running)
                 return running.future
@@ -148,7 +160,7 @@ class CompletionWorker(Generic[T]):
             if waiting is not None and waiting.idle_for == answer:
                 self._idle = None
                 waiting.idle_for = None
-                waiting.cancel.await_answer()
+                waiting.awaited.set()
                 waiting.not_before = time.monotonic()
                 self._drop(lambda other: other.key == waiting.key)
                 self._queue.insert(0, waiting)

@@ -333,7 +333,9 @@ class LookaheadService:
         if model is None:
             return
         done: Future[Answer | None] = Future()
-        job = model.worker.submit_idle(self._session + work.uri, answer, self._job(work, done), delay_s, if_free)
+        awaited = threading.Event()
+        run = self._job(work, done, awaited)
+        job = model.worker.submit_idle(self._session + work.uri, answer, run, delay_s, if_free, awaited)
         job.add_done_callback(lambda f: self._post(self._ended, f, done))
 
     def _after_adopted(
@@ -361,9 +363,12 @@ class LookaheadService:
         resolve(done, Answer(completion.answer, "model", completion))
         self._planner.after_shown(Work(uri, path, prefix, suffix), completion.answer)
 
-    def _job(self, work: Work, done: Future[Answer | None]) -> Callable[[CancelToken], Computed]:
+    def _job(
+        self, work: Work, done: Future[Answer | None], awaited: threading.Event | None = None
+    ) -> Callable[[CancelToken], Computed]:
         """The worker's job for `work`, under the settings of now: it computes on the worker
-        and hands what it computed to the applier (`done` gets the answer there)."""
+        and hands what it computed to the applier (`done` gets the answer there); awaited: the
+        event the worker sets once a request takes this work ahead over."""
         options = decode_options(self.settings, work.ahead)
         sources = self.settings.context_sources if self.settings.extra_context_tokens else ()
         # The other documents as they are now; their lines are cut out on the worker.
@@ -373,7 +378,7 @@ class LookaheadService:
             # On the worker: a request queued while the model loads finds the folders that open
             # once it is loaded.
             request, caches = request_for(self.workspace, work, sources, recent, self._session + work.uri)
-            computed = compute(self._model, work, request, options, caches, cancel)
+            computed = compute(self._model, work, request, options, caches, cancel, awaited)
             self._post(self._apply, work, computed, cancel, done)
             return computed
 
