@@ -111,7 +111,7 @@ struct WorkspaceArg {
 struct LockedSources {
     LockedSources(PyNgramCache* context, const WorkspaceArg& workspace, PyStaticCache* repository);
 
-    lookup::DraftSources sources;
+    lookup::DraftCaches sources;
     std::shared_lock<std::shared_mutex> context_lock;
     std::shared_lock<std::shared_mutex> workspace_lock;
     std::shared_lock<std::shared_mutex> removed_lock;

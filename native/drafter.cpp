@@ -160,7 +160,7 @@ template <class Cache>
     return e;
 }
 
-[[nodiscard]] DraftEvidence next_token(const Sequence& seq, const DraftSources& sources) {
+[[nodiscard]] DraftEvidence next_token(const Sequence& seq, const DraftCaches& sources) {
     const TailKeys tail(seq);
     tail.prefetch(sources.context);
     tail.prefetch(sources.workspace);
@@ -174,7 +174,7 @@ template <class Cache>
 
 // Continues the draft already in out[0..n_out) up to n_draft tokens; evidence, if not null,
 // receives each new token's decision at the same index.
-size_t extend(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+size_t extend(const token_t* known, size_t n_known, const DraftCaches& sources, size_t n_draft,
               token_t* out, size_t n_out, DraftEvidence* evidence = nullptr) {
     if (n_known + n_out < k_static_ngram) return n_out;
     while (n_out < n_draft) {
@@ -189,7 +189,7 @@ size_t extend(const token_t* known, size_t n_known, const DraftSources& sources,
 // Candidates for the next token, best first: every key that qualifies (in draft()'s order of
 // sources and sizes) offers its best-scored follower, then its other followers that pass the
 // percent test on their own, by descending score.
-size_t next_candidates(const Sequence& seq, const DraftSources& sources, DraftEvidence* out, size_t max_out) {
+size_t next_candidates(const Sequence& seq, const DraftCaches& sources, DraftEvidence* out, size_t max_out) {
     size_t n_out = 0;
     auto offer = [&](const DraftEvidence& e) {
         const bool seen = std::any_of(out, out + n_out, [&](const DraftEvidence& o) { return o.token == e.token; });
@@ -235,12 +235,12 @@ size_t next_candidates(const Sequence& seq, const DraftSources& sources, DraftEv
 
 }  // namespace
 
-size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+size_t draft(const token_t* known, size_t n_known, const DraftCaches& sources, size_t n_draft,
              token_t* out, DraftEvidence* evidence) {
     return extend(known, n_known, sources, n_draft, out, 0, evidence);
 }
 
-size_t draft_tree(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+size_t draft_tree(const token_t* known, size_t n_known, const DraftCaches& sources, size_t n_draft,
                   size_t max_branches, token_t* out_tokens, int32_t* out_parents, DraftEvidence* evidence) {
     if (n_draft == 0 || max_branches == 0) return 0;
     const size_t main_length = extend(known, n_known, sources, n_draft, out_tokens, 0, evidence);

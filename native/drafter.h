@@ -18,7 +18,7 @@ enum class DraftSource : uint8_t { context = 0, workspace = 1, repository = 2 };
 
 // The caches one drafting call reads, one per DraftSource. Any may be null; the repository
 // cache must have been verified.
-struct DraftSources {
+struct DraftCaches {
     const NgramCache* context = nullptr;
     WorkspaceLayers workspace;
     const StaticCache* repository = nullptr;
@@ -56,7 +56,7 @@ struct DraftEvidence {
 // Score ties go to the lowest token id. Sizes longer than the sequence are skipped; fewer than
 // two known tokens draft nothing (as upstream). Returns the number of tokens drafted; evidence,
 // if not null, receives one entry per drafted token.
-size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+size_t draft(const token_t* known, size_t n_known, const DraftCaches& sources, size_t n_draft,
              token_t* out, DraftEvidence* evidence = nullptr);
 
 // A token tree of up to max_branches branches. Branch 0 is exactly draft(). Then, depth by depth
@@ -66,7 +66,7 @@ size_t draft(const token_t* known, size_t n_known, const DraftSources& sources, 
 // known token); parents precede children, and a branch's nodes are contiguous. Writes at most
 // max_branches * n_draft nodes and returns the number written; evidence, if not null, receives
 // each node's decision (a branch's first node: the key that offered it as an alternative).
-size_t draft_tree(const token_t* known, size_t n_known, const DraftSources& sources, size_t n_draft,
+size_t draft_tree(const token_t* known, size_t n_known, const DraftCaches& sources, size_t n_draft,
                   size_t max_branches, token_t* out_tokens, int32_t* out_parents,
                   DraftEvidence* evidence = nullptr);
 

@@ -17,7 +17,7 @@ using Clock = std::chrono::steady_clock;
 // Writes the draft to verify at this step into out and returns its length: draft() itself, or
 // with a token tree the path to its deepest node that matches the text (what a tree verifier
 // accepts), with n_nodes set to the whole tree's size, which is what verifying it costs.
-size_t draft_step(const token_t* chunk, size_t done, size_t n_ctx, const DraftSources& sources, size_t n_draft,
+size_t draft_step(const token_t* chunk, size_t done, size_t n_ctx, const DraftCaches& sources, size_t n_draft,
                   size_t max_branches, std::vector<token_t>& tree, std::vector<int32_t>& parents,
                   std::vector<uint32_t>& depth, token_t* out, size_t* n_nodes) {
     if (max_branches <= 1) return *n_nodes = draft(chunk, done, sources, n_draft, out);
@@ -46,7 +46,7 @@ ReplayStats replay(const token_t* tokens, size_t n_tokens, size_t n_ctx, size_t 
     if (n_ctx == 0) return stats;
     stats.n_predict = n_tokens - n_tokens % n_ctx;
     NgramCache context;
-    const DraftSources sources{&context, WorkspaceLayers{workspace, nullptr, nullptr}, repository};
+    const DraftCaches sources{&context, WorkspaceLayers{workspace, nullptr, nullptr}, repository};
     std::vector<token_t> drafted(n_draft);
     std::vector<token_t> tree(n_draft * max_branches);
     std::vector<int32_t> parents(n_draft * max_branches);

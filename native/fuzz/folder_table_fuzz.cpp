@@ -513,7 +513,7 @@ Tokens slice(const Tokens& doc, std::mt19937_64& rng, size_t max_length, uint32_
     return out;
 }
 
-void check_drafts(const token_t* known, size_t n_known, const lookup::DraftSources& sources, uint64_t n_vocab) {
+void check_drafts(const token_t* known, size_t n_known, const lookup::DraftCaches& sources, uint64_t n_vocab) {
     constexpr size_t k_draft = 8, k_branches = 4;
     token_t out[k_draft];
     lookup::DraftEvidence evidence[k_draft];
@@ -628,7 +628,7 @@ Outcome exercise(const uint8_t* file, size_t size) {
     }
 
     // Drafting from where the seed documents go on, so that the table decides some tokens.
-    lookup::DraftSources sources{&context, lookup::WorkspaceLayers{&added, &removed, &table}, nullptr};
+    lookup::DraftCaches sources{&context, lookup::WorkspaceLayers{&added, &removed, &table}, nullptr};
     for (int i = 0; i < 3; ++i) {
         const Tokens known = slice(s.documents[rng() % s.documents.size()], rng, 12, small_vocab);
         check_drafts(known.data(), known.size(), sources, vocab);

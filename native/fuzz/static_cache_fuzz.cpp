@@ -85,7 +85,7 @@ Outcome exercise(const uint8_t* file, size_t size) {
         if (known.size() < 64) known.insert(known.end(), {t0, t1});
     });
     if (keys != h.n_keys || total != h.total_count) fail("for_each", "counts differ from the header");
-    lookup::DraftSources sources;
+    lookup::DraftCaches sources;
     sources.repository = &cache;
     lookup::token_t out[16];
     for (size_t i = 0; i + 2 <= known.size(); i += 2) {
