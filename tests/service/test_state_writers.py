@@ -8,7 +8,7 @@ import dataclasses
 import sys
 import tempfile
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from lookahead_lsp.service.service import LookaheadService
 from lookahead_lsp.service.status import AheadCounters, Counters
 from lookahead_lsp.service.suggestions import SuggestionCache
 from support.recording_client import RecordingClient
+from support.waiting import wait_until
 
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"  # as the other service tests
 WAIT_S = 300.0
@@ -70,11 +71,8 @@ class _WatchedService(LookaheadService):
         super().__setattr__(name, value)
 
 
-def _until(condition: Any) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+def _until(condition: Callable[[], bool]) -> None:
+    wait_until(condition, WAIT_S)
 
 
 def test_what_the_model_computes_reaches_the_sessions_state_through_the_service_alone() -> None:

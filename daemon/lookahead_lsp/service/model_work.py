@@ -86,7 +86,7 @@ def request_for(
     retrieval = folder.retrieval if folder is not None else None
     chunks = context_chunks(sources, retrieval, work.path, work.prefix, of_folder, name)
     repository = folder.root.name if folder is not None else ""
-    request = CompletionRequest(work.prefix, work.suffix, name(work.path, work.uri), chunks, repository, owner=owner)
+    request = CompletionRequest(work.prefix, work.suffix, _name(work.path, work.uri, folder), chunks, repository, owner=owner)
     if folder is None:
         return request, DraftCaches()
     # The folder refreshes its repository cache here, on the worker.

@@ -69,6 +69,10 @@ class _Job(Generic[T]):
     def move(self, to: JobState) -> None:
         self.state = advance(self.state, to)
 
+    @property
+    def idle_and_running(self) -> bool:
+        return self.idle_for is not None and self.state is JobState.RUNNING
+
 
 class CompletionWorker(Generic[T]):
     """Runs jobs one at a time on its own thread. A job waits `debounce_s` before it starts; a
@@ -123,16 +127,14 @@ class CompletionWorker(Generic[T]):
         (what the user did since decides what idle time is for); if_free (work that follows
         other work ahead): it is dropped instead where idle work waits or runs. awaited: set
         once a request takes the job over."""
-        job = _Job(key, run, Future(), time.monotonic() + delay_s, idle_for=answer)
-        if awaited is not None:
-            job.awaited = awaited
+        job = _Job(key, run, Future(), time.monotonic() + delay_s, idle_for=answer, awaited=awaited or threading.Event())
         with self._lock:
             for same in (self._running, self._idle):
                 if same is not None and same.idle_for == answer and same.state is not JobState.CANCELLED:
                     return same.future
             # A job that queues more idle work as it ends does not stop itself.
             running = None if threading.current_thread() is self._thread else self._running
-            running_idle = running is not None and running.idle_for is not None and running.state is JobState.RUNNING
+            running_idle = running is not None and running.idle_and_running
             if self._stopped or (if_free and (self._idle is not None or running_idle)):
                 _discard(job)
                 return job.future
@@ -175,7 +177,7 @@ class CompletionWorker(Generic[T]):
             self._idle = None
             self.idle_preempted += 1
         running = self._running
-        if running is not None and running.idle_for is not None and running.state is JobState.RUNNING:
+        if running is not None and running.idle_and_running:
             _stop(running)
             self.idle_preempted += 1
 
@@ -196,8 +198,7 @@ class CompletionWorker(Generic[T]):
     def idle_running(self) -> bool:
         """Whether idle work (work ahead) runs now."""
         with self._lock:
-            running = self._running
-            return running is not None and running.idle_for is not None and running.state is JobState.RUNNING
+            return self._running is not None and self._running.idle_and_running
 
     @property
     def queued(self) -> int:

@@ -259,24 +259,24 @@ class LookaheadService:
         if model is None or not self._completes(uri, text, language):
             done.set_result(None)
             return done
-        prefix, suffix = text[:offset], text[offset:]
+        work = Work(uri, path, text[:offset], text[offset:])
         with self._lock:
-            found = self._cached(uri, prefix, suffix)
+            found = self._cached(uri, work.prefix, work.suffix)
             if found is not None:
                 cached, ahead = found
                 self.counters.from_cache += 1
                 self.ahead.served += ahead
                 done.set_result(Answer(cached, "cache"))
-                self._planner.after_shown(Work(uri, path, prefix, suffix), cached)
+                self._planner.after_shown(work, cached)
                 return done
-            adopted = model.worker.adopt(answer_key(self._session + uri, prefix, suffix))
+            adopted = model.worker.adopt(answer_key(self._session + uri, work.prefix, work.suffix))
             if adopted is None:
-                self._submit(model, Work(uri, path, prefix, suffix), done, debounce=not invoked)
+                self._submit(model, work, done, debounce=not invoked)
                 return done
             self.ahead.adopted += 1
         # The editor cancels `done` ($/cancelRequest): the job it took over stops with it.
         done.add_done_callback(lambda f: model.worker.cancel_job(adopted) if f.cancelled() else None)
-        adopted.add_done_callback(lambda f: self._post(self._after_adopted, model, uri, path, prefix, suffix, f, done))
+        adopted.add_done_callback(lambda f: self._post(self._after_adopted, model, work, f, done))
         return done
 
     def _submit(self, model: LoadedModel[Computed], work: Work, done: Future[Answer | None], debounce: bool) -> None:
@@ -341,14 +341,11 @@ class LookaheadService:
     def _after_adopted(
         self,
         model: LoadedModel[Computed],
-        uri: str,
-        path: Path | None,
-        prefix: str,
-        suffix: str,
+        work: Work,
         future: Future[Computed | None],
         done: Future[Answer | None],
     ) -> None:
-        """The request took over work done ahead for it (applied by now): the engine's answer
+        """The request `work` took over work done ahead for it (applied by now): the engine's answer
         for the request's cursor, or, where the continuation could not tell (or the work was
         stopped), the model runs for it after all, unless the editor cancelled the request
         meanwhile (on the applier, lock held)."""
@@ -357,11 +354,11 @@ class LookaheadService:
         computed = None if future.cancelled() or future.exception() is not None else future.result()
         completion = computed.completion if computed is not None else None
         if completion is None or completion.answer is None:
-            self._submit(model, Work(uri, path, prefix, suffix), done, debounce=False)
+            self._submit(model, work, done, debounce=False)
             return
         self._served(completion, completion.answer)
         resolve(done, Answer(completion.answer, "model", completion))
-        self._planner.after_shown(Work(uri, path, prefix, suffix), completion.answer)
+        self._planner.after_shown(work, completion.answer)
 
     def _job(
         self, work: Work, done: Future[Answer | None], awaited: threading.Event | None = None
