@@ -31,10 +31,13 @@ measures it; the report says which did):
                and final memory, the folder's index in the status (files, tokens, memory against
                the budget, the folder table's files and bytes).
   restart      a clean shutdown (the index is saved), then a new daemon on the same cache
-               folder, its status polled every 0.1 s once the model is loaded: the time until
-               the folder's index is usable (table_bytes > 0 for a folder past its budget, the
-               table mapped; "ready" for one that fits), the time until it is "ready" (every
-               file's stamp checked), and the memory then.
+               folder, its status polled every 0.1 s once the model is loaded; the same
+               document opened and the same completion asked for as soon as the daemon is
+               initialized (it waits for the model), as an editor reopened on the file does: the
+               time from the start to its answer; the time until the folder's index is usable
+               (table_bytes > 0 for a folder past its budget, the table mapped; "ready" for one
+               that fits), the time until it is "ready" (every file's stamp checked), and the
+               memory then.
   two windows  the daemon as editors start it, shared by their windows (`serve` relayed to it,
                its socket in a runtime folder of the run's own): a first window on the folder
                until its index is ready (from the saved index, as in the restart), then a second
@@ -538,15 +541,34 @@ async def _until_model_loaded(launch: Launch) -> float:
         await asyncio.sleep(RESTART_POLL_S)
 
 
-async def restart(folder: Folder, cache: Path, settings: dict[str, Any], table_expected: bool, timeout_s: float) -> dict[str, Any]:
+async def _first_suggestion(launch: Launch, document: Document) -> dict[str, Any]:
+    """The editor's first request, sent as soon as the daemon is initialized (it waits for the
+    model): the seconds from the start to its answer, and whether it was empty."""
+    daemon = launch.daemon
+    uri = document.path.as_uri()
+    daemon.open(uri, document.language, document.text)
+    answer, request_ms = await daemon.complete(uri, end_of(document.text[: document.offset]), invoked=True)
+    items = items_of(answer)
+    return {
+        "first_suggestion_s": round(time.monotonic() - launch.started, 3),
+        "first_request_ms": round(request_ms, 1),
+        "suggestion_nonempty": bool(items and str(items[0].insert_text).strip()),
+    }
+
+
+async def restart(
+    folder: Folder, document: Document, cache: Path, settings: dict[str, Any], table_expected: bool, timeout_s: float
+) -> dict[str, Any]:
     # Polled from the first moment: the folders open while the model loads.
     launch = Launch(folder.path, cache, settings, wait_model=False)
     report: dict[str, Any] = {"usable_by": "table_bytes > 0" if table_expected else "ready"}
     try:
         await launch.model_loaded()
         model = asyncio.ensure_future(_until_model_loaded(launch))
+        first = asyncio.ensure_future(_first_suggestion(launch, document))
         polls, index = await poll_until_ready(launch.daemon, launch.started, RESTART_POLL_S, timeout_s)
         report["model_loaded_s"] = await model
+        report.update(await first)
         report["ready_s"] = polls[-1].t_s
         mapped = next((p.t_s for p in polls if p.table_bytes > 0), None)
         report["table_mapped_s"] = mapped
@@ -640,7 +662,7 @@ async def daemon_part(folder: Folder, files: list[Path], work: Path, budget_mib:
     document = pick_document(folder.path, files)
     first = await first_start(folder, document, cache, settings, work / "seed-cache", timeout_s)
     table_expected = bool(first.get("index") and first["index"]["table_files"] > 0)
-    again = await restart(folder, cache, settings, table_expected, timeout_s)
+    again = await restart(folder, document, cache, settings, table_expected, timeout_s)
     windows = await two_windows(folder, cache, settings, work / "run", timeout_s)
     return {"settings": settings, "first_start": first, "restart": again, "two_windows": windows}
 
@@ -666,7 +688,8 @@ def print_daemon(folder: Folder, part: dict[str, Any]) -> None:
     )
     usable = again["usable_s"]
     print(
-        f"  restart      model {again['model_loaded_s']:6.1f} s  usable ({again['usable_by']})"
+        f"  restart      model {again['model_loaded_s']:6.1f} s  first suggestion {again['first_suggestion_s']:6.1f} s"
+        f" ({'non-empty' if again['suggestion_nonempty'] else 'empty'})  usable ({again['usable_by']})"
         f" {'never' if usable is None else f'{usable:6.1f} s'}  ready {again['ready_s']:6.1f} s"
         f"  RSS at ready {again['rss_at_ready_mb'] or 0:,.0f} MB (anon {again['rss_anon_at_ready_mb'] or 0:,.0f})",
         flush=True,

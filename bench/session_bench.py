@@ -13,9 +13,12 @@ with it the user accepts it whole, else with its first word when that matches (t
 Ctrl+Right accept), else types on; Enter inserts the newline and the next line's indentation at
 once, as an editor's auto-indent does. Every key and every accept is a request; its latency is
 the time from the edit to the answer, answers from caches and from work done ahead included and
-counted apart. The report gives each flow apart: the first suggestion after a rest in a file
-(`first`), a key typed (`key`), Tab (`accept`), a word accepted (`word`), Enter right after Tab
-(`enter`).
+counted apart. Halfway through each visit the user types up to 3 characters of the line in a
+burst (60 ms apart, nothing asked: keys faster than an editor's debounce, or a client that asks
+only when invoked), rests --rest-s seconds and then asks. The report gives each flow apart: the
+first suggestion after a rest in a file (`first`), a key typed (`key`), Tab (`accept`), a word
+accepted (`word`), Enter right after Tab (`enter`), the suggestion after the rest that follows
+an edit (`rest`); "every request" is keys, accepts and Enters.
 
 --editor says which editor's client lookahead-lsp gets: `vscode` (the extension: incremental
 changes, `lookahead/cursor` after a rest, inline completion requests), `neovim` (incremental
@@ -78,7 +81,7 @@ PROMPT_LINES = 256  # llama.vscode's n_prefix
 
 @dataclass
 class Latency:
-    kind: str  # "first" (after a rest), "key", "accept" (Tab), "word", "enter" (Enter after Tab)
+    kind: str  # "first" (after a rest), "key", "accept" (Tab), "word", "enter" (Enter after Tab), "rest"
     ms: float
     source: str  # "model", "cache" (the typed-prefix cache or an answer computed ahead)
     language: str
@@ -90,7 +93,9 @@ class Session:
     accepts: dict[str, int] = field(default_factory=lambda: {"whole": 0, "word": 0})
 
 # The kinds of request, in the report's order.
-FLOWS = ("first", "key", "accept", "word", "enter")
+FLOWS = ("first", "key", "accept", "word", "enter", "rest")
+# The rest after an edit: characters typed in a burst with nothing asked, 60 ms apart.
+BURST_KEYS = 3
 EDITORS = ("vscode", "neovim", "whole-document")
 
 
@@ -276,7 +281,25 @@ async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: fl
         real = task.text[task.cursor + done :]
         typed = 0
         after_accept = False
+        rested = False
         while typed < keys and real:
+            if not rested and typed >= keys // 2:
+                rested = True
+                burst = _burst(real)
+                if burst:
+                    for char in burst:
+                        await asyncio.sleep(0.06)
+                        await editor.edit(uri, text, char)
+                        text += char
+                    real = real[len(burst) :]
+                    typed += len(burst)
+                    await editor.rest(uri, text)
+                    await asyncio.sleep(rest_s)
+                    start = time.perf_counter()
+                    shown, source = await editor.suggest(uri, text)
+                    session.latencies.append(Latency("rest", (time.perf_counter() - start) * 1000, source, task.language))
+                    after_accept = False
+                    continue
             await asyncio.sleep(read_ms / 1000 if shown else rng.uniform(0.09, 0.22))
             word = _first_word(shown)
             if shown and real.startswith(shown):
@@ -304,6 +327,11 @@ async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: fl
             session.latencies.append(Latency(kind, (time.perf_counter() - start) * 1000, source, task.language))
         texts[uri] = text
     return session
+
+
+def _burst(real: str) -> str:
+    """The characters typed before the rest after an edit: up to BURST_KEYS of the line."""
+    return real.split("\n", 1)[0][:BURST_KEYS]
 
 
 def _first_word(text: str) -> str:
@@ -334,7 +362,7 @@ def report(session: Session, languages: list[str]) -> dict[str, object]:
     for scope in ["all", *languages]:
         picked = [x for x in session.latencies if scope in ("all", x.language)]
         per_kind: dict[str, object] = {kind: _stats([x.ms for x in picked if x.kind == kind]) for kind in FLOWS}
-        per_kind["every_request"] = _stats([x.ms for x in picked if x.kind != "first"])
+        per_kind["every_request"] = _stats([x.ms for x in picked if x.kind not in ("first", "rest")])
         per_kind["from_cache"] = sum(x.source == "cache" for x in picked)
         out[scope] = per_kind
     # Every request in order (kind, ms, source, language): where a percentile comes from.
@@ -388,7 +416,7 @@ def main() -> int:
     parser.add_argument("--languages", type=lambda s: s.split(","), default=["python", "javascript"])
     parser.add_argument("--files", type=int, default=4, help="files visited per language")
     parser.add_argument("--keys", type=int, default=24, help="characters typed per visit")
-    parser.add_argument("--rest-s", type=float, default=3.0, help="the rest before the first request of a visit")
+    parser.add_argument("--rest-s", type=float, default=3.0, help="the rest before the first request of a visit, and after the edit halfway")
     parser.add_argument("--read-ms", type=float, default=400.0, help="time to read a shown suggestion")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--editor", choices=EDITORS, default="vscode", help="the client lookahead-lsp gets")

@@ -24,7 +24,7 @@ WorkspaceArg workspace_arg(const py::object& workspace) {
     return arg;
 }
 
-// Checks what drafting will read: the repository cache must be verified and the last few tokens
+// Checks what drafting will read: the static cache must be verified and the last few tokens
 // (the only ones drafting reads) must be inside every cache's vocabulary.
 void check_draft_inputs(const TokenArray& tokens, const PyNgramCache* context, const WorkspaceArg& workspace,
                         const PyStaticCache* repository) {

@@ -24,7 +24,7 @@ struct Sequence {
     }
 };
 
-// Scores followers against the repository cache's followers of the last two tokens (ascending). Followers
+// Scores followers against the static cache's followers of the last two tokens (ascending). Followers
 // of a sorted span come in ascending order too, so each search starts where the previous one
 // ended; a hashed span's order sends the search back to the start.
 class RepositoryWeights {
@@ -83,7 +83,7 @@ template <class RepositoryPart>
     return passes_percent(best->count, followers.sum, min_percent) ? best : nullptr;
 }
 
-// The repository cache's entry of the sequence's last two tokens, looked up only when needed: a step that
+// The static cache's entry of the sequence's last two tokens, looked up only when needed: a step that
 // a single-follower key decides (most steps of a long, accepted draft) never reads it. Its
 // bucket is prefetched at once, so a later look-up waits for one cache miss instead of two.
 class RepositoryLookup {
@@ -148,8 +148,8 @@ template <class Cache>
     return followers;
 }
 
-// The repository cache's own decision, with its counts (its entries store no totals: summed
-// here, only on the rare steps the repository cache decides alone).
+// The static cache's own decision, with its counts (its entries store no totals: summed
+// here, only on the rare steps the static cache decides alone).
 [[nodiscard]] DraftEvidence repository_decision(const StaticCache::Entry& entry) {
     if (entry.fallback < 0) return {};
     DraftEvidence e{entry.fallback, DraftSource::repository, k_static_ngram, 0, 0};

@@ -33,7 +33,7 @@ struct DraftThresholds {
 
 inline constexpr DraftThresholds k_context_thresholds{{2, 2, 1, 1}, {66, 50, 50, 50}};  // "lax"
 inline constexpr DraftThresholds k_workspace_thresholds{{4, 3, 2, 2}, {75, 66, 66, 66}};  // "strict"
-// A follower also seen after the same 2 tokens in the repository cache has its count multiplied
+// A follower also seen after the same 2 tokens in the static cache has its count multiplied
 // by this times its count there.
 inline constexpr uint64_t k_repository_weight = 100;
 
@@ -51,7 +51,7 @@ struct DraftEvidence {
 //  1. context cache, n = 4..1, lax thresholds; 2. workspace cache, n = 4..1, strict thresholds;
 //     followers scored count x (100 x repository count, or 1 if absent from the repository
 //     followers of the last two tokens), in 64-bit arithmetic;
-//  3. repository cache alone on the last two tokens: its most frequent follower, if the total is
+//  3. static cache alone on the last two tokens: its most frequent follower, if the total is
 //     >= 2 and it holds >= 50 % (decided when the file was built, see static_cache_format.h).
 // Score ties go to the lowest token id. Sizes longer than the sequence are skipped; fewer than
 // two known tokens draft nothing (as upstream). Returns the number of tokens drafted; evidence,

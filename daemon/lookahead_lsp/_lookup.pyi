@@ -71,7 +71,7 @@ class NgramCache:
     def __eq__(self, other: object) -> bool: ...
 
 class StaticCache:
-    """The repository cache: a read-only 2-gram cache. open() checks the header against the
+    """The static cache: a read-only 2-gram cache. open() checks the header against the
     file's size, and the section bounds with a few small reads, before anything large is read;
     then the file is read into private memory (the file's size), or, with a store, served from a
     verified private copy in the store that is mapped, so nothing done to the file afterwards

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lookahead_lsp import _lookup
-from lookahead_lsp.base.repository_cache import default_store, open_repository_cache
+from lookahead_lsp.base.static_cache import default_store, open_static_cache
 from test_static_cache import (
     ANSWERS_BEFORE_AND_AFTER,
     EXPECTED_ANSWERS,
@@ -82,8 +82,8 @@ def test_open_of_a_stored_copy_takes_constant_time(tmp_path: Path, monkeypatch: 
         _lookup.StaticCache.open(str(source)).close()
         return (time.perf_counter() - started) * 1000.0
 
-    open_repository_cache(source, 50_000, 0).cache.close()  # the first use
-    opened = [open_repository_cache(source, 50_000, 0) for _ in range(7)]
+    open_static_cache(source, 50_000, 0).cache.close()  # the first use
+    opened = [open_static_cache(source, 50_000, 0) for _ in range(7)]
     stored = min(r.open_ms + r.verify_ms for r in opened)
     read = statistics.median(read_ms() for _ in range(3))
     assert stored <= 5.0, (stored, read)
@@ -270,30 +270,30 @@ def test_the_store_keeps_the_most_recently_used_copies(tmp_path: Path) -> None:
     assert open_through(paths[2], store).storage == "new copy"
 
 
-def test_repository_caches_go_through_the_users_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_static_caches_go_through_the_users_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
     assert default_store() == tmp_path / "cache-home" / "lookahead-lsp" / "static-caches"
     path = tmp_path / "static.cache"
     many_pages_static(str(path))
-    first = open_repository_cache(path, 60, 0)
-    second = open_repository_cache(path, 60, 0)
+    first = open_static_cache(path, 60, 0)
+    second = open_static_cache(path, 60, 0)
     assert first.cache.storage == "new copy" and second.cache.storage == "stored copy"
     assert second.cache.verified and second.verify_ms < 1.0
     assert len(copies(default_store())) == 1
     with pytest.raises(CacheError) as e:
-        open_repository_cache(path, 61, 0)
+        open_static_cache(path, 61, 0)
     assert str(e.value).startswith(f"{path}: built for a vocabulary of 60 tokens")
 
 
 SPARSE_CACHE_SIZE = 4 << 30
 
-# Opens a repository cache through a store while a thread samples how many bytes the store's
+# Opens a static cache through a store while a thread samples how many bytes the store's
 # files take on disk; with no room, no file of this process may grow past 64 MiB.
 OPEN_WHILE_WATCHING_THE_STORE = """
 import os, re, resource, signal, threading, time
 from pathlib import Path
 from lookahead_lsp import _lookup
-from lookahead_lsp.base.repository_cache import open_repository_cache
+from lookahead_lsp.base.static_cache import open_static_cache
 
 path, store, room = {path!r}, Path({store!r}), {room!r}
 if not room:
@@ -317,7 +317,7 @@ def kib(field):  # this process's own: ru_maxrss would keep the parent's across 
 
 before = kib("VmRSS")
 try:
-    open_repository_cache(Path(path), 40, 0, store=store)
+    open_static_cache(Path(path), 40, 0, store=store)
     message = "opened"
 except _lookup.CacheError as error:
     message = str(error)

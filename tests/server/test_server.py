@@ -216,7 +216,7 @@ async def test_watcher_follows_the_disk(client: LanguageClient, workspace: Path)
     before = status["index"]
     # Each folder says how its changes are followed: events, or polling and why.
     [folder] = status["folders"]
-    assert folder["root"] == str(workspace.resolve()) and folder["repository_cache"] is None
+    assert folder["root"] == str(workspace.resolve()) and folder["static_cache"] is None
     watcher = folder["watcher"]
     assert watcher["mode"] == "watching" or (watcher["mode"] == "polling" and watcher["reason"])
 

@@ -200,7 +200,7 @@ def test_a_static_cache_that_is_not_a_file_is_skipped(
     os.mkfifo(root / STATIC_CACHE_NAME)  # opening it for reading would wait for a writer
     try:
         _indexed(service, root)
-        assert service.status()["repository_cache"] is None
+        assert service.status()["static_cache"] is None
         assert len(client.matching(f"{root / STATIC_CACHE_NAME} is not a regular file")) == 1
         path = root / "app.py"
         service.open_document(path.as_uri(), path, path.read_text())
@@ -224,7 +224,7 @@ def test_a_static_cache_replaced_on_disk_is_opened_again(
     _write_static(tokenizer, path.read_text(), cache_file)
     try:
         _indexed(service, root)
-        assert service.status()["repository_cache"] == str(cache_file)
+        assert service.status()["static_cache"] == str(cache_file)
         service.open_document(path.as_uri(), path, path.read_text())
 
         def complete(offset: int) -> None:
@@ -237,13 +237,13 @@ def test_a_static_cache_replaced_on_disk_is_opened_again(
         damaged.write_bytes(cache_file.read_bytes()[:100])
         os.replace(damaged, cache_file)
         complete(300)
-        assert service.status()["repository_cache"] is None
+        assert service.status()["static_cache"] is None
         refusals = [m for m in client.matching("static cache not used") if str(cache_file) in m]
         assert len(refusals) == 1
         # A good one written again (as build-cache would): used from the next completion on.
         _write_static(tokenizer, path.read_text() * 2, cache_file)
         complete(200)
-        assert service.status()["repository_cache"] == str(cache_file)
+        assert service.status()["static_cache"] == str(cache_file)
         service.close_document(path.as_uri(), path)
     finally:
         service.remove_folder(root, save=False)

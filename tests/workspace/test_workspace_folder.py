@@ -1,6 +1,6 @@
 """One workspace folder with the real tokenizer: indexed on its own thread, editor text indexed
 after the debounce (latest text per document wins; closing goes back to the disk), the saved
-copy reused by the next start, and the repository cache found in the folder."""
+copy reused by the next start, and the static cache found in the folder."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_the_saved_copy_is_used_by_the_next_start(tokenizer: Tokenizer, root: Pa
         second.stop(save=False)
 
 
-def test_the_folders_repository_cache_is_opened_and_verified(tokenizer: Tokenizer, root: Path, tmp_path: Path) -> None:
+def test_the_folders_static_cache_is_opened_and_verified(tokenizer: Tokenizer, root: Path, tmp_path: Path) -> None:
     cache_file = root / STATIC_CACHE_NAME
     cache_file.parent.mkdir()
     builder = StaticCacheBuilder(tokenizer.n_vocab)
@@ -103,14 +103,14 @@ def test_the_folders_repository_cache_is_opened_and_verified(tokenizer: Tokenize
     folder, client = _start(tokenizer, root, tmp_path / "cache")
     try:
         workspace, repository = folder.caches()
-        assert repository is not None and folder.status().repository_cache == cache_file
+        assert repository is not None and folder.status().static_cache == cache_file
         assert workspace is folder.index.cache
         # The editor was told of the opened cache and of the end of indexing, and only then.
         _until(lambda: client.status_changes >= 2)
         told = client.status_changes
         assert folder.caches()[1] is repository and client.status_changes == told
         cache_file.write_bytes(b"not a cache")  # damaged on disk: refused before the next use
-        assert folder.caches()[1] is None and folder.status().repository_cache is None
+        assert folder.caches()[1] is None and folder.status().static_cache is None
         assert client.status_changes == told + 1
     finally:
         folder.stop(save=False)
@@ -127,7 +127,7 @@ def test_a_lookahead_folder_that_leads_out_of_the_workspace_is_not_used(
     (root / STATIC_CACHE_NAME.parent).symlink_to(elsewhere, target_is_directory=True)
     folder, client = _start(tokenizer, root, tmp_path / "cache")
     try:
-        assert folder.caches()[1] is None and folder.status().repository_cache is None
+        assert folder.caches()[1] is None and folder.status().static_cache is None
         assert len(client.matching("leads out of the folder")) == 1
     finally:
         folder.stop(save=False)

@@ -13,7 +13,7 @@ from lookahead_lsp.engine import CompletionRequest, ContextChunk, DecodeOptions,
 from lookahead_lsp.engine.stages import LOADING
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.models.resolve import resolve_model_path
-from lookahead_lsp.base.repository_cache import open_repository_cache
+from lookahead_lsp.base.static_cache import open_static_cache
 from lookahead_lsp.workspace.index import WorkspaceIndex
 from lookahead_lsp.service.context import context_chunks
 from lookahead_lsp.workspace.retrieval import SOURCES as RETRIEVED
@@ -135,7 +135,7 @@ def _caches(engine: Engine, args: argparse.Namespace) -> tuple[DraftCaches, Fold
         retrieval.rebuild(index.indexed_paths())
     repository = None
     if args.static_cache:
-        repository = open_repository_cache(Path(args.static_cache), tokenizer.n_vocab, tokenizer.fingerprint).cache
+        repository = open_static_cache(Path(args.static_cache), tokenizer.n_vocab, tokenizer.fingerprint).cache
     return DraftCaches(workspace, repository), retrieval
 
 

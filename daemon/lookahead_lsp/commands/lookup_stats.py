@@ -13,7 +13,7 @@ from pathlib import Path
 from lookahead_lsp._lookup import NgramCache, replay
 from lookahead_lsp.base.errors import UserError
 from lookahead_lsp.models.resolve import resolve_model_path
-from lookahead_lsp.base.repository_cache import open_repository_cache
+from lookahead_lsp.base.static_cache import open_static_cache
 from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
 
 @dataclass
@@ -45,7 +45,7 @@ def lookup_stats(args: argparse.Namespace) -> int:
         if args.static_cache:
             # The fingerprint is computed once per tokenizer, outside the timed opening.
             fingerprint = tokenizer.fingerprint
-            repository = open_repository_cache(Path(args.static_cache), tokenizer.n_vocab, fingerprint, True)
+            repository = open_static_cache(Path(args.static_cache), tokenizer.n_vocab, fingerprint, True)
         # Upstream's "dynamic" cache: the workspace source, grown by the replay as upstream does.
         workspace = NgramCache(tokenizer.n_vocab)
         if args.dynamic_cache and Path(args.dynamic_cache).exists():

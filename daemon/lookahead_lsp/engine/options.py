@@ -104,7 +104,7 @@ class DecodeOptions:
 @dataclass(frozen=True)
 class DraftCaches:
     """The lookup core's long-lived draft sources: the folder's live workspace cache and its
-    prebuilt repository cache (a static cache file, verified before it is handed over). The
+    prebuilt static cache (verified before it is handed over). The
     request's context cache is the engine's own."""
 
     workspace: NgramCache | WorkspaceView | None = None

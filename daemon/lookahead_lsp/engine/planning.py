@@ -2,7 +2,7 @@
 and the lookahead window that rides along.
 
   none       nothing: one token per pass (the baseline);
-  lookup     the lookup core's token tree (context, workspace and repository caches);
+  lookup     the lookup core's token tree (context, workspace and static caches);
   lookahead  the lookup tree plus the Jacobi window's pooled n-grams, and the window itself;
   auto       the lookup core's draft cut to the length that pays by today's pass costs and the
              running acceptance (policy.py), the window only where wide passes are cheap.

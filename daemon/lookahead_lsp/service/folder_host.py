@@ -1,7 +1,7 @@
 """The workspace folders of one daemon, shared by its sessions (editor windows), as model_host.py
 shares the models: sessions that open the same root with the same model and the same index
 settings share one WorkspaceFolder, so two windows on one repository hold one index in memory,
-run one watcher and one indexing thread, and write one saved copy. The tokenizer the folders
+run one watcher and one indexing thread, and write one saved index. The tokenizer the folders
 index with is loaded once per model file, not once per window.
 
 - The memory budget is the daemon's: each folder gets its budget divided by the number of
@@ -42,7 +42,7 @@ class IndexTokenizer:
 @dataclass(frozen=True)
 class _FolderKey:
     """What makes two sessions' folders one: the root, the model's vocabulary, and the settings
-    that change what is indexed and where it is saved (the repository cache is the last
+    that change what is indexed and where it is saved (the static cache is the last
     configuring session's, the debounce the first session's)."""
 
     root: Path
@@ -187,15 +187,15 @@ class FolderHost:
             self._set_text(shared, editor, path, text)
 
     def configure(self, shared: SharedFolder, settings: FolderSettings) -> None:
-        """Settings that do not change what is indexed (the repository cache): the folder takes
+        """Settings that do not change what is indexed (the static cache): the folder takes
         the last configuring session's."""
         with self._lock:
             old, shared.settings = shared.settings, settings
-        if settings.repository_cache != old.repository_cache:
-            shared.folder.set_repository_cache(settings.repository_cache)
+        if settings.static_cache != old.static_cache:
+            shared.folder.set_static_cache(settings.static_cache)
 
     def rebuild(self, shared: SharedFolder) -> None:
-        """Forgets the folder's index, saved copy included, and indexes it again from its files,
+        """Forgets the folder's index, saved index included, and indexes it again from its files,
         with the editor texts of every session using it."""
         with self._lock:
             old = shared.folder

@@ -80,7 +80,7 @@ class WorkspaceFolders:
                 self._host.editor_text(shared, self._client, path, text)
 
     def configure(self, settings: FolderSettings) -> None:
-        """New settings: the folders reopen their repository cache when it changed, and are
+        """New settings: the folders reopen their static cache when it changed, and are
         indexed again when the ignore patterns or the budget did."""
         with self._lock:
             old, self.settings = self.settings, settings

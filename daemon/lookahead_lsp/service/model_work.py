@@ -89,9 +89,9 @@ def request_for(
     request = CompletionRequest(work.prefix, work.suffix, _name(work.path, work.uri, folder), chunks, repository, owner=owner)
     if folder is None:
         return request, DraftCaches()
-    # The folder refreshes its repository cache here, on the worker.
-    workspace_cache, repository_cache = folder.caches()
-    return request, DraftCaches(workspace_cache, repository_cache)
+    # The folder refreshes its static cache here, on the worker.
+    workspace_cache, static_cache = folder.caches()
+    return request, DraftCaches(workspace_cache, static_cache)
 
 
 def _name(path: Path | None, uri: str, folder: WorkspaceFolder | None) -> str:

@@ -1,6 +1,6 @@
 """What the language server does for one session (an editor window), without the protocol: the
 model (shared with the daemon's other sessions, model_host.py), the workspace folders
-(folders.py: each one's index, watcher and repository cache, created once the model's tokenizer
+(folders.py: each one's index, watcher and static cache, created once the model's tokenizer
 is known), the open documents (documents.py), completions scheduled on the model's worker
 (scheduler.py) and work done ahead, and the status the editor shows (status.py). The server
 (lsp/server.py) only translates LSP messages into calls of this class and its answers back.
@@ -117,7 +117,7 @@ class LookaheadService:
         s = self.settings
         return FolderSettings(
             ignore=s.ignore_globs,
-            repository_cache=Path(s.static_cache_path).expanduser() if s.static_cache_path else None,
+            static_cache=Path(s.static_cache_path).expanduser() if s.static_cache_path else None,
             cache_dir=self.cache_dir,
             memory_budget=(s.index_memory_mib or 0) * (1 << 20),
         )
@@ -187,8 +187,8 @@ class LookaheadService:
         self.workspace.remove(root.resolve(), save)
 
     def rebuild_indexes(self) -> None:
-        """Forgets every folder's index, saved copy included, and indexes the folders again
-        from their files; the repository caches are opened and verified again too."""
+        """Forgets every folder's index, saved index included, and indexes the folders again
+        from their files; the static caches are opened and verified again too."""
         self.workspace.rebuild()
 
     # -- documents -----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """lookahead/status: the model's state, the service's counters of completions and of work done
 ahead, the last completion, the workspace (the folders' indexes added up, each folder's root,
-repository cache, watcher and index) and what the daemon shares among its sessions."""
+static cache, watcher and index) and what the daemon shares among its sessions."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def ahead_status(
 
 def workspace_status(roots: list[Path], statuses: list[FolderStatus], model_failed: bool) -> dict[str, Any]:
     """"index" (the workspace caches' files, tokens and n-grams, and whether any folder is
-    indexing), "folders" (one entry per root, in order) and "repository_cache" (the first
+    indexing), "folders" (one entry per root, in order) and "static_cache" (the first
     folder's in use, or None). statuses: those of the folders created so far."""
     totals = {"files": 0, "tokens": 0, "ngrams": 0}
     indexing = False
@@ -98,24 +98,24 @@ def workspace_status(roots: list[Path], statuses: list[FolderStatus], model_fail
     if len(statuses) < len(roots) and not model_failed:
         indexing = True
     by_root = {status.root: status for status in statuses}
-    repository = [str(status.repository_cache) for status in statuses if status.repository_cache is not None]
+    repository = [str(status.static_cache) for status in statuses if status.static_cache is not None]
     return {
         "index": {**totals, "state": "indexing" if indexing else "ready"},
         "folders": [_folder_status(root, by_root.get(root)) for root in roots],
-        "repository_cache": repository[0] if repository else None,
+        "static_cache": repository[0] if repository else None,
     }
 
 
 def _folder_status(root: Path, status: FolderStatus | None) -> dict[str, Any]:
-    """A folder's root, repository cache in use, how its watcher learns of changes (watching
+    """A folder's root, static cache in use, how its watcher learns of changes (watching
     events, or polling and why; stopped until it is indexed), and its index: state, files,
     memory against the budget, and the folder table on disk (table_files 0: none)."""
     if status is None:
-        return {"root": str(root), "repository_cache": None, "watcher": {"mode": "stopped", "reason": ""}, "index": None}
+        return {"root": str(root), "static_cache": None, "watcher": {"mode": "stopped", "reason": ""}, "index": None}
     index = status.index
     return {
         "root": str(root),
-        "repository_cache": str(status.repository_cache) if status.repository_cache is not None else None,
+        "static_cache": str(status.static_cache) if status.static_cache is not None else None,
         "watcher": {"mode": status.watcher.mode, "reason": status.watcher.reason},
         "index": {
             "state": "indexing" if index.state == "indexing" or not status.indexed else "ready",

@@ -1,6 +1,6 @@
 """One workspace folder, kept current: its index (the workspace draft source, loaded from the
-saved copy, then brought in line with the files), the watcher that follows the disk, its
-repository cache (a static cache file, the repository draft source), and the folder's own
+saved index, then brought in line with the files), the watcher that follows the disk, its
+static cache (the repository draft source), and the folder's own
 thread.
 
 The thread indexes the folder once, fills the folder's retrieval from the files indexed (the
@@ -29,7 +29,7 @@ from lookahead_lsp.base.debounce import wait_for_batch
 from lookahead_lsp._lookup import CacheError, NgramCache, StaticCache, WorkspaceView
 from lookahead_lsp.base.editor import Editor
 from lookahead_lsp.base.errors import UserError
-from lookahead_lsp.base.repository_cache import default_store, open_repository_cache
+from lookahead_lsp.base.static_cache import default_store, open_static_cache
 from lookahead_lsp.base.safe_reads import is_inside
 from lookahead_lsp.base.priority import lower_this_thread
 from lookahead_lsp.base.tokenizer import Tokenizer
@@ -49,13 +49,13 @@ FOLD_CHECK_S = 30.0
 
 @dataclass(frozen=True)
 class FolderSettings:
-    """ignore: the user's ignore patterns; repository_cache: the configured static cache file
+    """ignore: the user's ignore patterns; static_cache: the configured static cache file
     (None: .lookahead/static.cache in the folder); cache_dir: where the saved index goes (None: the
     default); debounce_s: how long the editor's changes collect before they are indexed;
     memory_budget: the index's in-memory part, in bytes (0: the default)."""
 
     ignore: tuple[str, ...] = ()
-    repository_cache: Path | None = None
+    static_cache: Path | None = None
     cache_dir: Path | None = None
     debounce_s: float = 0.15
     memory_budget: int = 0
@@ -63,12 +63,12 @@ class FolderSettings:
 
 @dataclass(frozen=True)
 class FolderStatus:
-    """indexed: the first indexing has ended (or failed); repository_cache: the file in use."""
+    """indexed: the first indexing has ended (or failed); static_cache: the file in use."""
 
     root: Path
     index: IndexStatus
     indexed: bool
-    repository_cache: Path | None
+    static_cache: Path | None
     watcher: WatcherStatus
 
 
@@ -108,14 +108,14 @@ class WorkspaceFolder:
         self._batch_started: float | None = None
         self._next_batch_at = 0.0  # the share's bound, from the last batch's cost
         self._stopping = False
-        # The repository cache is (re)opened off the event loop (verify reads it all) before
+        # The static cache is (re)opened off the event loop (verify reads it all) before
         # indexing or the next completion needs it: at first, after a settings change, when
         # its file changed on disk.
-        self._repository_lock = threading.Lock()
-        self._repository: StaticCache | None = None
-        self._repository_path: Path | None = None
-        self._repository_stale = True
-        self._repository_stamp: tuple[int, int, int, int] | None = None
+        self._static_lock = threading.Lock()
+        self._static: StaticCache | None = None
+        self._static_path: Path | None = None
+        self._static_stale = True
+        self._static_stamp: tuple[int, int, int, int] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -138,7 +138,7 @@ class WorkspaceFolder:
             except OSError as error:
                 self._client.log(logging.WARNING, f"cannot save the index of {self.root}: {error}")
         # Not closed: a completion may still draft with it; the last reference frees it.
-        self._repository = None
+        self._static = None
 
     # -- events --------------------------------------------------------------------------------
 
@@ -162,24 +162,24 @@ class WorkspaceFolder:
         """The index's new budget: met at the thread's next check, FOLD_CHECK_S at the latest."""
         self.index.set_memory_budget(budget)
 
-    def set_repository_cache(self, configured: Path | None) -> None:
-        """The static cache setting changed: the repository cache is reopened before its next
+    def set_static_cache(self, configured: Path | None) -> None:
+        """The static cache setting changed: the static cache is reopened before its next
         use."""
-        with self._repository_lock:
-            self._settings = replace(self._settings, repository_cache=configured)
-            self._repository_stale = True
+        with self._static_lock:
+            self._settings = replace(self._settings, static_cache=configured)
+            self._static_stale = True
 
     # -- readers -------------------------------------------------------------------------------
 
     def caches(self) -> tuple[NgramCache | WorkspaceView, StaticCache | None]:
-        """The folder's workspace and repository caches for drafting. It may open the
-        repository cache again (reading it all): call it off the event loop."""
-        self._refresh_repository()
-        return self.index.drafting(), self._repository
+        """The folder's workspace and static caches for drafting. It may open the
+        static cache again (reading it all): call it off the event loop."""
+        self._refresh_static_cache()
+        return self.index.drafting(), self._static
 
     def status(self) -> FolderStatus:
         watcher = self._watcher.status if self._watcher is not None else WatcherStatus("stopped")
-        static = self._repository_path if self._repository is not None else None
+        static = self._static_path if self._static is not None else None
         return FolderStatus(self.root, self.index.status(), self._indexed.is_set(), static, watcher)
 
     # -- the folder's thread -------------------------------------------------------------------
@@ -203,7 +203,7 @@ class WorkspaceFolder:
 
     def _index_once(self) -> None:
         token = f"lookahead-index-{id(self)}"
-        self._refresh_repository()
+        self._refresh_static_cache()
         self.index.load(store_path_for(self.root, self._settings.cache_dir), self._fingerprint)
         title = f"Indexing {self.root.name}"
         self._client.progress(token, title, "listing files", 0, False)
@@ -281,54 +281,54 @@ class WorkspaceFolder:
     def _is_stopping(self) -> bool:
         return self._stopping
 
-    # -- the repository cache ----------------------------------------------------------------------
+    # -- the static cache ----------------------------------------------------------------------
 
-    def _refresh_repository(self) -> None:
+    def _refresh_static_cache(self) -> None:
         """(Re)opens the static cache when it is stale or its file changed on disk (one that
         was missing or refused included)."""
-        with self._repository_lock:
-            path = self._settings.repository_cache or self.root / STATIC_CACHE_NAME
-            if self._repository is not None:
-                changed = self._repository.changed_on_disk()
+        with self._static_lock:
+            path = self._settings.static_cache or self.root / STATIC_CACHE_NAME
+            if self._static is not None:
+                changed = self._static.changed_on_disk()
             else:
-                changed = _file_stamp(path) != self._repository_stamp
-            reopen = self._repository_stale or changed
+                changed = _file_stamp(path) != self._static_stamp
+            reopen = self._static_stale or changed
             if reopen:
-                self._repository_stale = False
-                self._open_repository(path)
+                self._static_stale = False
+                self._open_static_cache(path)
         if reopen:
             self._client.status_changed()
 
-    def _open_repository(self, path: Path) -> None:
+    def _open_static_cache(self, path: Path) -> None:
         """Opens and verifies the static cache before drafting uses it. The one it replaces is
         not closed: a completion may still hold it."""
-        self._repository, self._repository_path, self._repository_stamp = None, None, None
+        self._static, self._static_path, self._static_stamp = None, None, None
         try:
             info = path.stat()
         except FileNotFoundError:
-            if self._settings.repository_cache is not None:
+            if self._settings.static_cache is not None:
                 self._client.show(logging.WARNING, f"lookahead-lsp: static cache not found: {path}")
             return
         except OSError as error:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path}: {error.strerror}")
             return
-        self._repository_stamp = _stamp(info)
+        self._static_stamp = _stamp(info)
         # The folder's own cache must be the folder's: a .lookahead symlink out of it would
         # draft from whatever file it names.
-        if self._settings.repository_cache is None and not is_inside(os.path.realpath(path), os.path.realpath(self.root)):
+        if self._settings.static_cache is None and not is_inside(os.path.realpath(path), os.path.realpath(self.root)):
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} leads out of the folder")
             return
         if not stat.S_ISREG(info.st_mode):  # a FIFO would block the open, a device never end
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {path} is not a regular file")
             return
         try:
-            opened = open_repository_cache(
+            opened = open_static_cache(
                 path, self.tokenizer.n_vocab, self._fingerprint, store=default_store(self._settings.cache_dir)
             )
         except CacheError as error:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {error}")
             return
-        self._repository, self._repository_path = opened.cache, path
+        self._static, self._static_path = opened.cache, path
 
 
 def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:

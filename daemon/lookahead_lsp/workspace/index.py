@@ -297,7 +297,7 @@ class WorkspaceIndex:
     def load(self, store_path: Path, fingerprint: int) -> int:
         """Adds the files saved at store_path (for this tokenizer) that the index does not hold
         yet; a missing or unusable file adds nothing (logged). When a folder table goes with
-        them, drafting reads the table from the moment it is mapped, before the saved file is
+        them, drafting reads the table from the moment it is mapped, before the saved index is
         checked (which reads all of it). Call index_folder afterwards: it re-tokenizes only the
         files changed since. Returns the number of files added."""
         root = self._require_root()

@@ -21,7 +21,7 @@ from lookahead_lsp.base.safe_reads import open_regular_file
 
 
 @dataclass(frozen=True)
-class RepositoryCache:
+class OpenedStaticCache:
     """An opened, verified cache, and how long opening (converting, checking and copying
     included) and verifying took."""
 
@@ -36,9 +36,9 @@ def default_store(cache_dir: Path | None = None) -> Path:
     return (cache_dir or default_cache_dir()) / "static-caches"
 
 
-def open_repository_cache(
+def open_static_cache(
     path: Path, n_vocab: int, fingerprint: int, accept_upstream: bool = False, store: Path | None = None
-) -> RepositoryCache:
+) -> OpenedStaticCache:
     """Opens the static cache at path for a tokenizer (its vocabulary size and fingerprint) and
     verifies it, through the store (default_store() unless given). accept_upstream: a
     llama.cpp lookup cache is taken too, converted to ours in a temporary file first.
@@ -56,7 +56,7 @@ def open_repository_cache(
         cache = StaticCache.open(str(path), n_vocab, fingerprint, store=str(folder))
     opened = time.perf_counter()
     cache.verify()
-    return RepositoryCache(cache, (opened - started) * 1000.0, (time.perf_counter() - opened) * 1000.0)
+    return OpenedStaticCache(cache, (opened - started) * 1000.0, (time.perf_counter() - opened) * 1000.0)
 
 
 def _is_ours(path: Path) -> bool:
