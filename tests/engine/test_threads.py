@@ -3,6 +3,7 @@ keeping a core busy takes a thread away from the next completion; a count the us
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +23,21 @@ def _write(tmp: Path, user: int, system: int, idle: int, utime: int, stime: int)
     stat.write_text(_STAT.format(user=user, system=system, idle=idle))
     own.write_text(_OWN.format(utime=utime, stime=stime))
     return stat, own
+
+
+def _spinning() -> subprocess.Popen[bytes]:
+    """A process keeping a core busy, returned once it has spun for a quarter of a second of CPU
+    time (it is then the load the chooser sees)."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    ticks = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        fields = Path(f"/proc/{busy.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if (int(fields[11]) + int(fields[12])) / ticks >= 0.25:
+            return busy
+        time.sleep(0.02)
+    busy.kill()
+    raise AssertionError("the busy process never ran")
 
 
 def test_proc_is_read_as_linux_writes_it(tmp_path: Path) -> None:
@@ -53,9 +69,8 @@ def test_a_set_thread_count_is_kept() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux") or cores() < 2, reason="needs /proc and two cores")
 def test_a_busy_core_takes_a_thread_away() -> None:
     chooser = ThreadChooser(None)
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    busy = _spinning()
     try:
-        time.sleep(1.0)
         assert chooser.choose() <= chooser.cores - 1
     finally:
         busy.kill()
@@ -65,9 +80,8 @@ def test_a_busy_core_takes_a_thread_away() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux") or cores() < 2, reason="needs /proc and two cores")
 def test_a_choice_asked_for_at_once_still_gives_up_a_busy_core() -> None:
     """As `lookahead-lsp complete` asks, right after loading the model."""
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    busy = _spinning()
     try:
-        time.sleep(0.5)
         chooser = ThreadChooser(None)
         assert chooser.choose() <= chooser.cores - 1
     finally:

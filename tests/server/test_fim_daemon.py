@@ -8,26 +8,20 @@ daemon dropped the suffix."""
 
 from __future__ import annotations
 
-import os
-import sys
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from lookahead_lsp.base.tokenizer import Tokenizer
-from support.daemon import status_of, until_ready
+from support.daemon import daemon_client, status_of, until_ready
 from support.tiny_gguf import write_tiny_gguf
 
 # A cache folder of these tests' own: the cost model of the tiny model is measured once.
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-fim-test-cache"
-SERVER = [sys.executable, "-m", "lookahead_lsp", "serve", "--standalone", "--log-level", "info", "--cache-dir", str(CACHE)]
-CONFIG = ClientServerConfig(server_command=SERVER, server_env=dict(os.environ))
 CAPABILITIES = types.ClientCapabilities(
     text_document=types.TextDocumentClientCapabilities(
         inline_completion=types.InlineCompletionClientCapabilities(dynamic_registration=False),
@@ -41,11 +35,7 @@ PREFIX = "def area(width, height):\n    return "
 SUFFIXES = ("\n\nprint(area(2, 3))\n", "\n\nfor x in range(9):\n    print(x * x)\n")
 
 
-@pytest_lsp.fixture(config=CONFIG)  # type: ignore[untyped-decorator]  # pytest-lsp leaves it unannotated
-async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
-    yield lsp_client
-    if not lsp_client.error:
-        await lsp_client.shutdown_session()
+client = daemon_client(CACHE)
 
 
 async def _start(client: LanguageClient, root: Path, settings: dict[str, Any]) -> None:

@@ -5,31 +5,23 @@ answering at once, and the edited text reaches the index once the folder's debou
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from lookahead_lsp.base.tokenizer import Tokenizer, tokenize_file_text
-from support.daemon import STANDALONE_SERVE, status_of, until_ready
+from support.daemon import daemon_client, status_of, until_ready
 
-CONFIG = ClientServerConfig(server_command=STANDALONE_SERVE, server_env=dict(os.environ))
 EDITS = 10
 # What a user notices as the editor hanging: the status request stands for any request.
 ANSWER_S = 0.2
 WAIT_S = 120.0  # a loaded machine shared with other work
 
 
-@pytest_lsp.fixture(config=CONFIG)  # type: ignore[untyped-decorator]  # pytest-lsp leaves it unannotated
-async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
-    yield lsp_client
-    if not lsp_client.error:
-        await lsp_client.shutdown_session()
+client = daemon_client()
 
 
 async def _until_tokens(client: LanguageClient, tokens: int) -> None:

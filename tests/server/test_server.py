@@ -9,20 +9,18 @@ import asyncio
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
-from support.daemon import STANDALONE_SERVE, inline, insert, open_document, plain, status_of, until, until_ready
+from support.daemon import daemon_client, inline, insert, open_document, plain, status_of, until, until_ready
 from support.folders import stdlib_folder
 
 SAMPLE = Path(__file__).parents[2] / "examples" / "sample-project"
-CONFIG = ClientServerConfig(server_command=STANDALONE_SERVE, server_env=dict(os.environ))
 # pygls leaves send_request_async and client.feature unannotated, pytest-lsp its fixture
 # decorator: the lines that use them carry a targeted type: ignore.
 
@@ -72,11 +70,7 @@ def _inline(client: LanguageClient, uri: str, line: int, character: int) -> Awai
     return inline(client, uri, types.Position(line=line, character=character))
 
 
-@pytest_lsp.fixture(config=CONFIG)  # type: ignore[untyped-decorator]
-async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
-    yield lsp_client
-    if not lsp_client.error:
-        await lsp_client.shutdown_session()
+client = daemon_client()
 
 
 @pytest.mark.asyncio
@@ -166,8 +160,11 @@ async def test_newer_request_supersedes_older(client: LanguageClient, workspace:
     await _start(client, workspace, {"maxTokens": 128, "timeBudgetMs": None})
     await until_ready(client)
     uri = _open(client, workspace / ORDERS)
+    # The order is the order of sending: one turn of the loop lets the older request's task
+    # write it (pytest-lsp sends from a coroutine) before the edit. The daemon supersedes it
+    # wherever it is, waiting or on the model (128 tokens take it seconds).
     older = asyncio.ensure_future(_inline(client, uri, 17, 8))
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0)
     _insert(client, uri, 2, 17, 8, "i")
     newer = await _inline(client, uri, 17, 9)
     superseded = await older
@@ -397,7 +394,7 @@ async def test_debounce_ms_is_the_daemons_wait(client: LanguageClient, workspace
     # ...and one superseded within that wait never reaches the model.
     served = (await status_of(client))["completions"]["served"]
     older = asyncio.ensure_future(_inline(client, uri, 19, 8))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0)  # one turn of the loop: the older request's task writes it
     newer = await _inline(client, uri, 14, 8)
     superseded = await older
     assert superseded is not None and not superseded.items and newer is not None

@@ -7,21 +7,17 @@ checked against its definition on generated edits."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_lsp
 from hypothesis import given
 from hypothesis import strategies as st
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from lookahead_lsp.service.documents import edit_end
-from support.daemon import STANDALONE_SERVE, end_of, open_document, plain, status_of, until, until_ready
+from support.daemon import daemon_client, end_of, open_document, plain, status_of, until, until_ready
 
-CONFIG = ClientServerConfig(server_command=STANDALONE_SERVE, server_env=dict(os.environ))
 WAIT_S = 120.0  # a loaded machine shared with other work
 SETTINGS = {"maxTokens": 12, "debounceMs": 0, "draft": "none", "timeBudgetMs": None, "coldPromptMs": None}
 BEFORE = '''import json
@@ -75,11 +71,7 @@ def test_a_letter_typed_is_found_just_after_it() -> None:
     assert edit_end(before, before) is None
 
 
-@pytest_lsp.fixture(config=CONFIG)  # type: ignore[untyped-decorator]  # pytest-lsp leaves it unannotated
-async def client(lsp_client: LanguageClient) -> AsyncIterator[LanguageClient]:
-    yield lsp_client
-    if not lsp_client.error:
-        await lsp_client.shutdown_session()
+client = daemon_client()
 
 
 def _send_whole(client: LanguageClient, uri: str, version: int, text: str) -> None:

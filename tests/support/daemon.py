@@ -1,29 +1,53 @@
 """The editor side that the LSP tests and benchmarks share: what an editor sends (open, insert,
 close, inline completion requests) and asks (`lookahead/status`, waiting until the model is
 loaded and the folders are indexed), as functions of any pygls client (pytest-lsp's included),
-and `Daemon`, a real pygls client that starts `lookahead-lsp serve` as an editor does, waits
-until it is ready and stops it."""
+`Daemon`, a real pygls client that starts `lookahead-lsp serve` as an editor does, waits
+until it is ready and stops it, and daemon_client, the LSP tests' fixture."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Sequence, Union
 
+import pytest_lsp
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
+from pytest_lsp import ClientServerConfig
+from pytest_lsp import LanguageClient as PytestLspClient
 
 Answer = Union[types.InlineCompletionList, Sequence[types.InlineCompletionItem], None]
 # Shared by every daemon the tests start: the cost model is measured once.
 TEST_CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"
-# A daemon of the test's own (not the user's shared one), over stdio, logging what it does.
-STANDALONE_SERVE = [
-    sys.executable, "-m", "lookahead_lsp", "serve", "--standalone", "--log-level", "info", "--cache-dir", str(TEST_CACHE)
-]
+
+
+def standalone_serve(cache: Path = TEST_CACHE) -> list[str]:
+    """A daemon of the test's own (not the user's shared one), over stdio, logging what it does."""
+    return [sys.executable, "-m", "lookahead_lsp", "serve", "--standalone", "--log-level", "info", "--cache-dir", str(cache)]
+
+
+def daemon_client(cache: Path = TEST_CACHE) -> Any:
+    """The fixture by which an LSP test gets a daemon: `lookahead-lsp serve --standalone` on
+    the cache folder, started as an editor starts it and driven by pytest-lsp's client, shut
+    down cleanly after the test (unless the test saw it fail). A module names it `client`:
+    `client = daemon_client()`. The other ways tests reach the daemon are each for what this one
+    cannot do: support/lsp_peer.py's Peer writes raw bytes (framing, transport, the relay and
+    the shared daemon), support/hosts.py's hosts run the service in-process (its threads and
+    state)."""
+    config = ClientServerConfig(server_command=standalone_serve(cache), server_env=dict(os.environ))
+
+    @pytest_lsp.fixture(config=config)  # type: ignore[untyped-decorator]  # pytest-lsp leaves it unannotated
+    async def client(lsp_client: PytestLspClient) -> AsyncIterator[PytestLspClient]:
+        yield lsp_client
+        if not lsp_client.error:
+            await lsp_client.shutdown_session()
+
+    return client
 
 
 class Daemon:
