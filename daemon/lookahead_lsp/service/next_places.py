@@ -2,9 +2,17 @@
 end of the accepted text (Tab, and the request that follows at once there), then, when the
 suggestion ends its line, the start of the next line after Enter, indented as editors indent it
 (the line's indentation, one level more after a line that opens a block). A word accept needs
-nothing prepared: the rest of the shown suggestion answers it from the suggestion cache."""
+nothing prepared: the rest of the shown suggestion answers it from the suggestion cache.
+
+Which of them are prepared follows what the session's user does (NextPlaceCounts): the end of
+the accepted text always (Tab asks there at once, and one computed on the request costs a
+whole completion), the next line after Enter while the user presses Enter after accepting a
+suggestion that ends its line often enough."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
 
 # A line ending with one of these opens a block (Python's `:`, braces and brackets elsewhere):
 # Enter indents the next line one level more.
@@ -12,16 +20,54 @@ _OPENS_BLOCK = (":", "{", "(", "[")
 # The file's indentation unit is looked for in this many characters before the cursor.
 _UNIT_WINDOW = 16_384
 _DEFAULT_UNIT = "    "
+# The next line after Enter stays prepared while at least one accept in five of a suggestion
+# that ends its line is followed by Enter, counting one Enter of two accepts before the first: a
+# new session prepares it, and one whose user never presses Enter there stops computing that
+# line once four such accepts went without it.
+_WORTH_PREPARING = 0.2
+
+PlaceKind = Literal["accept", "enter"]
 
 
-def next_places(prefix: str, shown: str, suffix: str) -> list[str]:
-    """The texts before the cursor of the places to prepare after `shown` (maybe nothing) was
-    suggested at (prefix, suffix), most likely first."""
+class Place(NamedTuple):
+    kind: PlaceKind  # "accept": the end of the accepted text; "enter": the next line after Enter
+    prefix: str  # the text before the cursor there
+
+
+@dataclass
+class PlaceCount:
+    offered: int = 0
+    taken: int = 0
+
+
+@dataclass
+class NextPlaceCounts:
+    """Where one session's user went after suggestions. accept: suggestions offered (each once,
+    however many keys type through it) and accepted (a request came at the end of the accepted
+    text); enter: accepted suggestions that ended their line (or empty ones at a line's end),
+    and how many of them Enter followed (a request came at the next line's start)."""
+
+    accept: PlaceCount = field(default_factory=PlaceCount)
+    enter: PlaceCount = field(default_factory=PlaceCount)
+
+    def of(self, kind: PlaceKind) -> PlaceCount:
+        return self.accept if kind == "accept" else self.enter
+
+    def prepares(self, kind: PlaceKind) -> bool:
+        """Whether places of this kind are prepared now."""
+        if kind == "accept":
+            return True
+        return (self.enter.taken + 1) / (self.enter.offered + 2) >= _WORTH_PREPARING
+
+
+def next_places(prefix: str, shown: str, suffix: str) -> list[Place]:
+    """The places to prepare after `shown` (maybe nothing) was suggested at (prefix, suffix),
+    most likely first."""
     accepted = prefix + shown
-    places = [accepted] if shown else []
+    places = [Place("accept", accepted)] if shown else []
     rest_of_line = suffix[: suffix.find("\n")] if "\n" in suffix else suffix
     if not rest_of_line.strip():
-        places.append(accepted + after_enter(accepted))
+        places.append(Place("enter", accepted + after_enter(accepted)))
     return places
 
 

@@ -261,6 +261,7 @@ class LookaheadService:
             return done
         work = Work(uri, path, text[:offset], text[offset:])
         with self._lock:
+            self._planner.asked(uri, work.prefix)
             found = self._cached(uri, work.prefix, work.suffix)
             if found is not None:
                 cached, ahead = found
@@ -462,5 +463,6 @@ class LookaheadService:
         workspace = workspace_status(*self.workspace.statuses(), loaded is not None and loaded.error is not None)
         with self._lock:
             return session_status(
-                loaded, workspace, self.counters, self.last_completion, self.ahead, self.settings, self.host, self.folder_host
+                loaded, workspace, self.counters, self.last_completion, self.ahead, self._planner.counts,
+                self.settings, self.host, self.folder_host,
             )

@@ -12,6 +12,7 @@ from lookahead_lsp import __version__
 from lookahead_lsp.engine import Completion, Engine
 from lookahead_lsp.service.folder_host import FolderHost
 from lookahead_lsp.service.model_host import LoadedModel, ModelHost
+from lookahead_lsp.service.next_places import NextPlaceCounts, PlaceKind
 from lookahead_lsp.service.settings import Settings
 from lookahead_lsp.workspace.folder import FolderStatus
 
@@ -48,16 +49,21 @@ class AheadCounters:
         self.ms_model += ms
 
 
+def _place_status(places: NextPlaceCounts, kind: PlaceKind) -> dict[str, Any]:
+    count = places.of(kind)
+    return {"offered": count.offered, "taken": count.taken, "prepared": places.prepares(kind)}
+
+
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
 def ahead_status(
-    a: AheadCounters, enabled: bool, engine: Engine | None, preempted: int, running: bool
+    a: AheadCounters, enabled: bool, engine: Engine | None, preempted: int, running: bool, places: NextPlaceCounts
 ) -> dict[str, Any]:
     """"ahead": what work done while the model was idle cost and saved (preempted: idle jobs
-    the worker stopped for requests; running: whether some runs now), and the KV states of
-    recently used documents."""
+    the worker stopped for requests; running: whether some runs now), where the user went after
+    suggestions (places), and the KV states of recently used documents."""
     kv_states = engine.kv_states if engine is not None else None
     return {
         "enabled": enabled,
@@ -67,6 +73,8 @@ def ahead_status(
         "served": a.served,
         "adopted": a.adopted,
         "ms_model": round(a.ms_model, 1),
+        # Where the user went after suggestions, which decides what is prepared after the next.
+        "next_places": {"accept": _place_status(places, "accept"), "enter": _place_status(places, "enter")},
         # Cold prompts cut short (cold_prompt.py), and the whole ones evaluated since.
         "short_prompts": a.short_prompts,
         "warmed_tokens": a.warmed_tokens,
@@ -135,6 +143,7 @@ def session_status(
     counters: Counters,
     last: dict[str, Any] | None,
     ahead: AheadCounters,
+    next_places: NextPlaceCounts,
     settings: Settings,
     models: ModelHost[Any],
     folders: FolderHost,
@@ -167,7 +176,9 @@ def session_status(
             "failed": counters.failed,
         },
         "last": last,
-        "ahead": ahead_status(ahead, settings.work_ahead, engine, preempted, loaded is not None and loaded.worker.idle_running),
+        "ahead": ahead_status(
+            ahead, settings.work_ahead, engine, preempted, loaded is not None and loaded.worker.idle_running, next_places
+        ),
         # Sessions (editor windows) of this daemon that share this one's model, and the models
         # and workspace folders the daemon holds for all its sessions.
         "shared": {

@@ -1,6 +1,7 @@
 """Where one session's model works while no request waits, and in which order: where the cursor
 rests (or the last edit ended, for editors that do not report the cursor), and after a
-suggestion the places the user may go next (next_places.py), one after the other; the whole
+suggestion the places the user may go next (next_places.py), one after the other, those its
+user goes to often enough; the whole
 prompt of a completion that was given a short one; and, while the model loads, the last place
 asked for, for once it is ready. The service calls it under its lock and submits what it
 chooses (`submit`)."""
@@ -11,7 +12,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import replace
 
 from lookahead_lsp.service.model_work import Work
-from lookahead_lsp.service.next_places import next_places
+from lookahead_lsp.service.next_places import NextPlaceCounts, PlaceKind, next_places
 from lookahead_lsp.service.suggestions import answer_key
 
 
@@ -36,6 +37,11 @@ class WorkAhead:
         # The last place asked for while the model was loading: where the cursor rested then is
         # where the user is once it is ready.
         self.when_loaded: Work | None = None
+        self.counts = NextPlaceCounts()
+        # The places offered and not asked at yet, (document, prefix) per kind, and the Enter
+        # place that accepting the offered suggestion offers.
+        self._offered: dict[PlaceKind, tuple[str, str]] = {}
+        self._enter_after_accept: str | None = None
 
     def at(self, work: Work, delay_s: float = 0.0, if_free: bool = False) -> None:
         """Prepares the completion `work` describes (and then the places of work.then), not
@@ -55,12 +61,37 @@ class WorkAhead:
         self._submit(first, self._answer(first), delay_s, if_free)
 
     def after_shown(self, work: Work, shown: str) -> bool:
-        """`shown` was suggested for `work`: the places the user may go next. Whether there is
-        any."""
+        """`shown` was suggested for `work`: the places the user may go next, those this user
+        goes to. Whether there is any."""
         places = next_places(work.prefix, shown, work.suffix)
-        if places:
-            self.at(replace(work, prefix=places[0], then=tuple(places[1:])))
-        return bool(places)
+        enter = next((place.prefix for place in places if place.kind == "enter"), None)
+        if shown:
+            self._offer("accept", work.uri, work.prefix + shown)
+            self._enter_after_accept = enter
+        elif enter is not None:
+            self._offer("enter", work.uri, enter)
+        chosen = [place.prefix for place in places if self.counts.prepares(place.kind)]
+        if chosen:
+            self.at(replace(work, prefix=chosen[0], then=tuple(chosen[1:])))
+        return bool(chosen)
+
+    def asked(self, uri: str, prefix: str) -> None:
+        """A request came at (uri, prefix): an offered place taken, if it is one."""
+        if self._offered.get("accept") == (uri, prefix):
+            del self._offered["accept"]
+            self.counts.accept.taken += 1
+            if self._enter_after_accept is not None:
+                self._offer("enter", uri, self._enter_after_accept)
+                self._enter_after_accept = None
+        elif self._offered.get("enter") == (uri, prefix):
+            del self._offered["enter"]
+            self.counts.enter.taken += 1
+
+    def _offer(self, kind: PlaceKind, uri: str, prefix: str) -> None:
+        """Counts a place offered, once however many keys type through its suggestion."""
+        if self._offered.get(kind) != (uri, prefix):
+            self._offered[kind] = (uri, prefix)
+            self.counts.of(kind).offered += 1
 
     def after_done(self, work: Work) -> None:
         """Work ahead finished: the next of its places, after the user's newer work ahead."""
