@@ -100,7 +100,7 @@ def test_accepting_a_suggestion_is_answered_from_what_was_decoded_ahead(service:
         assert _ahead(service)["served"] == served + 1
         # The lossless rule: what the model itself gives for the accepted text.
         service.suggestions.clear()
-        service.worker.drop_idle()
+        service.worker.drop_ahead()
         fresh = _complete(service, uri, accepted, at)
         assert fresh.source == "model"
         assert following.text == fresh.text
@@ -135,7 +135,7 @@ def test_after_a_suggestion_that_ends_its_line_the_line_after_enter_is_ready(new
         _until(prepared)
         served = _ahead(service)["served"]
         next_line = _complete(service, uri, entered + text[cut:], len(entered))
-        service.worker.drop_idle()
+        service.worker.drop_ahead()
         assert next_line.source == "cache", "Enter after the suggestion made the model run again"
         assert _ahead(service)["served"] == served + 1
         # Lossless: what the model itself gives there.
@@ -162,7 +162,7 @@ def test_where_the_cursor_rests_the_completion_is_ready_before_the_request(servi
     service.open_document(uri, None, text)
     service.open_document(other_uri, None, other_text)
     _complete(service, other_uri, other_text, other_offset)  # the KV cache holds another file
-    service.worker.drop_idle()
+    service.worker.drop_ahead()
     runs = _ahead(service)["runs"]
     service.cursor_rests(uri, None, text, offset, "python")
     _until(lambda: _ahead(service)["runs"] > runs)
@@ -171,7 +171,7 @@ def test_where_the_cursor_rests_the_completion_is_ready_before_the_request(servi
     # A key the model did not suggest: its prompt is warm, only the typed end is evaluated.
     typed = text[:offset] + "#" + text[offset:]
     service.suggestions.clear()
-    service.worker.drop_idle()
+    service.worker.drop_ahead()
     warm = _complete(service, uri, typed, offset + 1)
     assert warm.completion is not None and warm.completion.stats.prompt_evaluated <= 8
     for closed in (uri, other_uri):
@@ -214,7 +214,7 @@ def test_a_request_that_took_over_work_done_ahead_waits_for_its_own_answer_only(
         assert answer.completion is not None and answer.completion.stop_reason == "answered"
         assert answer.completion.stats.tokens < 48
         service.suggestions.clear()
-        service.worker.drop_idle()
+        service.worker.drop_ahead()
         own = _complete(service, uri, text, offset)
         assert own.completion is not None and own.completion.stop_reason == "stop-rule"
         assert answer.text == own.text != ""
@@ -278,7 +278,7 @@ def test_a_cold_prompt_is_cut_short_and_the_whole_one_evaluated_while_idle(servi
         assert _ahead(service)["short_prompts"] > before["short_prompts"]
         typed = text[:offset] + "#" + text[offset:]
         service.suggestions.clear()
-        service.worker.drop_idle()
+        service.worker.drop_ahead()
         warm = _complete(service, uri, typed, offset + 1)
         assert warm.completion is not None and not warm.completion.stats.short_prompt
         assert warm.completion.stats.prompt_tokens > 1000
@@ -287,7 +287,7 @@ def test_a_cold_prompt_is_cut_short_and_the_whole_one_evaluated_while_idle(servi
     finally:
         service.configure({"coldPromptMs": None})
         # The work ahead this leaves is stopped before the next test counts.
-        service.worker.drop_idle()
+        service.worker.drop_ahead()
         service.worker.submit_chore(lambda cancel: Computed()).result(timeout=WAIT_S)
 
 
@@ -322,11 +322,11 @@ def test_without_cursor_reports_the_end_of_the_last_edit_is_computed_once_edits_
         uri, text, offset = _spot(*SPOTS[2])
         service.open_document(uri, None, text)
         service.edited(uri, None, text, offset, "python")
-        assert _ahead(service)["runs"] == 0, "idle work started before the edits paused"
+        assert _ahead(service)["runs"] == 0, "work ahead started before the edits paused"
         _until(lambda: _ahead(service)["runs"] == 1)
         assert _complete(service, uri, text, offset).source == "cache"
         # The places after that suggestion, prepared next, are not what this test is about.
-        service.worker.drop_idle()
+        service.worker.drop_ahead()
         _settled(service)
         # Once the editor reports its cursor, edits no longer stand for it.
         service.cursor_rests(uri, None, text, offset, "python")  # known already: nothing to do

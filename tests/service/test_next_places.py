@@ -46,21 +46,19 @@ def test_enter_indents_as_editors_do() -> None:
 
 def test_a_user_who_never_presses_enter_after_accepting_gets_that_line_prepared_no_more() -> None:
     planner = Planner()
-    for n in range(3):
+    for n in range(9):
         prefix = f"x{n} = "
         assert planner.prepared_after(prefix, "1") == [f"{prefix}1", f"{prefix}1\n"]
         planner.ahead.asked(URI, f"{prefix}1")  # Tab, then the user types on the same line
-    # After the fourth accept, the line after Enter is not computed; the accepted text's end is.
-    assert planner.prepared_after("x3 = ", "1") == ["x3 = 1", "x3 = 1\n"]
-    planner.ahead.asked(URI, "x3 = 1")
-    assert planner.prepared_after("x4 = ", "1") == ["x4 = 1"]
+    # After the ninth accept, the line after Enter is not computed; the accepted text's end is.
+    assert planner.prepared_after("x9 = ", "1") == ["x9 = 1"]
     counts = planner.ahead.counts
-    assert (counts.enter.offered, counts.enter.taken) == (4, 0)
-    assert (counts.accept.offered, counts.accept.taken) == (5, 4)
+    assert (counts.enter.offered, counts.enter.taken) == (9, 0)
+    assert (counts.accept.offered, counts.accept.taken) == (10, 9)
     # The user presses Enter after this one: the next line is prepared again.
-    planner.ahead.asked(URI, "x4 = 1")
-    planner.ahead.asked(URI, "x4 = 1\n")
-    assert planner.prepared_after("x5 = ", "1") == ["x5 = 1", "x5 = 1\n"]
+    planner.ahead.asked(URI, "x9 = 1")
+    planner.ahead.asked(URI, "x9 = 1\n")
+    assert planner.prepared_after("x10 = ", "1") == ["x10 = 1", "x10 = 1\n"]
 
 
 def test_suggestions_not_accepted_say_nothing_of_enter() -> None:

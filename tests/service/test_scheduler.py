@@ -1,4 +1,4 @@
-"""The model worker's scheduling: debounce, supersede, cancel, errors, the queue's cap, idle work
+"""The model worker's scheduling: debounce, supersede, cancel, errors, the queue's cap, work ahead
 and its takeover, and the states a job goes through."""
 
 from __future__ import annotations
@@ -155,15 +155,15 @@ def _until_cancelled(started: threading.Event, text: str) -> Callable[[CancelTok
     return run
 
 
-def test_idle_work_waits_for_the_requests_and_runs_when_none_waits() -> None:
+def test_work_ahead_waits_for_the_requests_and_runs_when_none_waits() -> None:
     started, release = threading.Event(), threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
     try:
         request = worker.submit("doc", _blocking(started, release))
         assert started.wait(5)
-        ahead = worker.submit_idle("doc", "answer", _answer("ahead"))
+        ahead = worker.submit_ahead("doc", "answer", _answer("ahead"))
         threading.Event().wait(0.05)
-        assert not ahead.done(), "idle work started while a request ran"
+        assert not ahead.done(), "work ahead started while a request ran"
         release.set()
         assert request.result(timeout=5) == "done"
         assert ahead.result(timeout=5) == "ahead"
@@ -172,43 +172,43 @@ def test_idle_work_waits_for_the_requests_and_runs_when_none_waits() -> None:
         worker.stop()
 
 
-def test_a_request_stops_running_idle_work_and_drops_waiting_idle_work() -> None:
+def test_a_request_stops_running_work_ahead_and_drops_waiting_work_ahead() -> None:
     started = threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
     try:
-        running = worker.submit_idle("doc", "a", _until_cancelled(started, "stopped"))
+        running = worker.submit_ahead("doc", "a", _until_cancelled(started, "stopped"))
         assert started.wait(5)
         request = worker.submit("other", _answer("now"), debounce=False)
         assert request.result(timeout=5) == "now"
         assert running.result(timeout=5) is None  # cancelled: its result is not an answer
-        waiting = worker.submit_idle("other", "b", _answer("never"), delay_s=5.0)
+        waiting = worker.submit_ahead("other", "b", _answer("never"), delay_s=5.0)
         assert worker.submit("other", _answer("again"), debounce=False).result(timeout=5) == "again"
         assert waiting.result(timeout=5) is None
-        assert worker.idle_preempted == 2
-        assert worker.superseded == 0, "idle work given up is not a request superseded"
+        assert worker.ahead_preempted == 2
+        assert worker.superseded == 0, "work ahead given up is not a request superseded"
     finally:
         worker.stop()
 
 
-def test_newer_idle_work_stops_the_idle_work_running_unless_that_queues_it() -> None:
+def test_newer_work_ahead_stops_the_work_ahead_running_unless_that_queues_it() -> None:
     """The user moved on (a cursor report in another file): the idle time goes to the newer
-    work. Idle work that queues more idle work as it ends (the warming of a prompt after work
+    work. Work ahead that queues more work ahead as it ends (the warming of a prompt after work
     done ahead) is not stopped by it."""
     started = threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
     try:
-        running = worker.submit_idle("doc", "a", _until_cancelled(started, "stopped"))
+        running = worker.submit_ahead("doc", "a", _until_cancelled(started, "stopped"))
         assert started.wait(5)
-        newer = worker.submit_idle("other", "b", _answer("newer"))
+        newer = worker.submit_ahead("other", "b", _answer("newer"))
         assert running.result(timeout=5) is None
         assert newer.result(timeout=5) == "newer"
         followed: list[Future[str | None]] = []
 
         def queues_more(cancel: CancelToken) -> str:
-            followed.append(worker.submit_idle("doc", "d", _answer("followed")))
+            followed.append(worker.submit_ahead("doc", "d", _answer("followed")))
             return "stopped" if cancel.cancelled else "done"
 
-        assert worker.submit_idle("doc", "c", queues_more).result(timeout=5) == "done"
+        assert worker.submit_ahead("doc", "c", queues_more).result(timeout=5) == "done"
         assert followed[0].result(timeout=5) == "followed"
     finally:
         worker.stop()
@@ -218,9 +218,9 @@ def test_a_request_for_the_answer_being_computed_ahead_takes_it_over() -> None:
     started, release = threading.Event(), threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
     try:
-        ahead = worker.submit_idle("doc", ("doc", 42), _blocking(started, release))
+        ahead = worker.submit_ahead("doc", ("doc", 42), _blocking(started, release))
         assert started.wait(5)
-        assert worker.submit_idle("doc", ("doc", 42), _answer("twice")) is ahead, "the same work queued twice"
+        assert worker.submit_ahead("doc", ("doc", 42), _answer("twice")) is ahead, "the same work queued twice"
         assert worker.adopt(("doc", 41)) is None
         taken = worker.adopt(("doc", 42))
         assert taken is ahead
@@ -229,12 +229,12 @@ def test_a_request_for_the_answer_being_computed_ahead_takes_it_over() -> None:
         release.set()
         assert taken.result(timeout=5) == "done"
         assert other.result(timeout=5) == "next"
-        # A waiting idle job taken over runs as the next request.
+        # A waiting job of work ahead taken over runs as the next request.
         started.clear()
         release.clear()
         blocker = worker.submit("blocker", _blocking(started, release))
         assert started.wait(5)
-        queued = worker.submit_idle("doc", ("doc", 43), _answer("waited"))
+        queued = worker.submit_ahead("doc", ("doc", 43), _answer("waited"))
         assert worker.adopt(("doc", 43)) is queued
         release.set()
         assert blocker.result(timeout=5) == "done"
@@ -244,11 +244,11 @@ def test_a_request_for_the_answer_being_computed_ahead_takes_it_over() -> None:
         worker.stop()
 
 
-def test_closing_a_document_stops_its_idle_work() -> None:
+def test_closing_a_document_stops_its_work_ahead() -> None:
     started = threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
     try:
-        running = worker.submit_idle("doc", "a", _until_cancelled(started, "stopped"))
+        running = worker.submit_ahead("doc", "a", _until_cancelled(started, "stopped"))
         assert started.wait(5)
         worker.cancel("doc")
         assert running.result(timeout=5) is None
@@ -256,10 +256,10 @@ def test_closing_a_document_stops_its_idle_work() -> None:
         worker.stop()
 
 
-def test_delayed_idle_work_waits_its_delay() -> None:
+def test_delayed_work_ahead_waits_its_delay() -> None:
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
     try:
-        later = worker.submit_idle("doc", "a", _answer("later"), delay_s=0.4)
+        later = worker.submit_ahead("doc", "a", _answer("later"), delay_s=0.4)
         threading.Event().wait(0.15)
         assert not later.done()
         assert later.result(timeout=5) == "later"
@@ -267,13 +267,13 @@ def test_delayed_idle_work_waits_its_delay() -> None:
         worker.stop()
 
 
-def test_taking_over_idle_work_supersedes_the_documents_older_request() -> None:
+def test_taking_over_work_ahead_supersedes_the_documents_older_request() -> None:
     started = threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
     try:
         older = worker.submit("doc", _until_cancelled(started, "stale"), debounce=False)
         assert started.wait(5)
-        worker.submit_idle("doc", ("doc", 7), _answer("ahead"), delay_s=5.0)
+        worker.submit_ahead("doc", ("doc", 7), _answer("ahead"), delay_s=5.0)
         taken = worker.adopt(("doc", 7))
         assert taken is not None
         assert older.result(timeout=5) is None, "the older request was not superseded"
@@ -315,9 +315,9 @@ def test_a_job_that_fails_after_it_was_superseded_answers_nothing() -> None:
 
 _OPERATIONS = st.lists(
     st.tuples(
-        st.sampled_from(["submit", "submit_now", "idle", "adopt", "cancel_doc", "cancel_job", "drop_idle", "pause"]),
+        st.sampled_from(["submit", "submit_now", "ahead", "adopt", "cancel_doc", "cancel_job", "drop_ahead", "pause"]),
         st.sampled_from(["a", "b"]),
-        st.integers(0, 2),  # the answer an idle job computes, or the job to cancel
+        st.integers(0, 2),  # the answer a job of work ahead computes, or the job to cancel
         st.sampled_from([0.0, 0.01, 0.05]),  # how long the job runs
     ),
     max_size=12,
@@ -343,8 +343,8 @@ def test_whatever_the_order_of_operations_every_job_ends_and_the_worker_goes_on(
         for operation, doc, n, seconds in operations:
             if operation in ("submit", "submit_now"):
                 futures.append(worker.submit(doc, job(seconds, f"{doc}{n}"), debounce=operation == "submit"))
-            elif operation == "idle":
-                futures.append(worker.submit_idle(doc, (doc, n), job(seconds, f"ahead {doc}{n}")))
+            elif operation == "ahead":
+                futures.append(worker.submit_ahead(doc, (doc, n), job(seconds, f"ahead {doc}{n}")))
             elif operation == "adopt":
                 taken = worker.adopt((doc, n))
                 if taken is not None:
@@ -353,8 +353,8 @@ def test_whatever_the_order_of_operations_every_job_ends_and_the_worker_goes_on(
                 worker.cancel(doc)
             elif operation == "cancel_job" and futures:
                 worker.cancel_job(futures[n % len(futures)])
-            elif operation == "drop_idle":
-                worker.drop_idle()
+            elif operation == "drop_ahead":
+                worker.drop_ahead()
             elif operation == "pause":  # the worker picks up what waits
                 time.sleep(seconds)
         # Every job ends: with its own text, or None where it was superseded or dropped.
@@ -366,19 +366,19 @@ def test_whatever_the_order_of_operations_every_job_ends_and_the_worker_goes_on(
         worker.stop()
 
 
-def test_work_that_follows_other_work_ahead_gives_way_to_newer_idle_work() -> None:
+def test_work_that_follows_other_work_ahead_gives_way_to_newer_work_ahead() -> None:
     """The next place after a suggestion is queued once the work before it is done: where the
-    user's newer report has queued idle work meanwhile, that work stays."""
+    user's newer report has queued work ahead meanwhile, that work stays."""
     started = threading.Event()
     worker: CompletionWorker[str] = CompletionWorker(debounce_s=0.0)
     try:
-        newer = worker.submit_idle("doc", "where the cursor went", _until_cancelled(started, "newer"))
+        newer = worker.submit_ahead("doc", "where the cursor went", _until_cancelled(started, "newer"))
         assert started.wait(5)
-        follow_up = worker.submit_idle("doc", "the next line", _answer("follow-up"), if_free=True)
+        follow_up = worker.submit_ahead("doc", "the next line", _answer("follow-up"), if_free=True)
         assert follow_up.result(timeout=5) is None
         assert not newer.done(), "the follow-up stopped the newer work"
-        worker.drop_idle()
+        worker.drop_ahead()
         assert newer.result(timeout=5) is None
-        assert worker.submit_idle("doc", "the next line", _answer("follow-up"), if_free=True).result(timeout=5) == "follow-up"
+        assert worker.submit_ahead("doc", "the next line", _answer("follow-up"), if_free=True).result(timeout=5) == "follow-up"
     finally:
         worker.stop()

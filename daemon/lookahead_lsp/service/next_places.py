@@ -20,11 +20,13 @@ _OPENS_BLOCK = (":", "{", "(", "[")
 # The file's indentation unit is looked for in this many characters before the cursor.
 _UNIT_WINDOW = 16_384
 _DEFAULT_UNIT = "    "
-# The next line after Enter stays prepared while at least one accept in five of a suggestion
-# that ends its line is followed by Enter, counting one Enter of two accepts before the first: a
-# new session prepares it, and one whose user never presses Enter there stops computing that
-# line once four such accepts went without it.
-_WORTH_PREPARING = 0.2
+# The next line after Enter stays prepared while at least one accept in ten of a suggestion that
+# ends its line is followed by Enter, counting one Enter of two accepts before the first. Its
+# cost is one completion of model time that no request waits for, once per such accept; what it
+# saves is that completion's wait at the next key, so it pays even when Enter follows rarely. A
+# new session prepares it; one whose user never presses Enter there stops computing that line
+# once nine such accepts went without it.
+_WORTH_PREPARING = 0.1
 
 PlaceKind = Literal["accept", "enter"]
 

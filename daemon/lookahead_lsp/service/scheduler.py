@@ -1,6 +1,6 @@
 """Scheduling completion requests onto the one model: a single worker thread, a short debounce,
 newer requests for a document superseding older ones, a cap on waiting requests, and work done
-ahead while no request waits (idle jobs, which any request preempts). A job's state is explicit
+ahead while no request waits (jobs ahead, which any request preempts). A job's state is explicit
 (JobState) and moves only along _TRANSITIONS. The worker holds a bounded number of jobs
 whatever the documents' sizes and number."""
 
@@ -24,7 +24,7 @@ MAX_QUEUED_JOBS = 8
 
 
 class JobState(enum.Enum):
-    QUEUED = "queued"  # waiting: in the queue, or as the idle job
+    QUEUED = "queued"  # waiting: in the queue, or as the job ahead
     RUNNING = "running"
     DONE = "done"  # its result (or its error) handed to its future
     CANCELLED = "cancelled"  # superseded, dropped, preempted or stopped: its future gets None
@@ -57,12 +57,12 @@ class _Job(Generic[T]):
     run: Callable[[CancelToken], T]
     future: Future[T | None]
     not_before: float
-    # An idle job: runs only while no request waits, and the answer to which request it computes
-    # (a request asking exactly that takes it over instead of preempting it).
-    idle_for: Hashable | None = None
+    # A job ahead (work ahead): it runs only while no request waits; the answer to which request
+    # it computes (a request asking exactly that takes it over instead of preempting it).
+    ahead_of: Hashable | None = None
     cancel: CancelToken = field(default_factory=CancelToken)
-    # Set once a request has taken the idle job over (adopt): it then stops at that request's
-    # answer. The job's run is handed the same event when it is built (submit_idle).
+    # Set once a request has taken the job ahead over (adopt): it then stops at that request's
+    # answer. The job's run is handed the same event when it is built (submit_ahead).
     awaited: threading.Event = field(default_factory=threading.Event)
     state: JobState = JobState.QUEUED
 
@@ -70,8 +70,8 @@ class _Job(Generic[T]):
         self.state = advance(self.state, to)
 
     @property
-    def idle_and_running(self) -> bool:
-        return self.idle_for is not None and self.state is JobState.RUNNING
+    def ahead_and_running(self) -> bool:
+        return self.ahead_of is not None and self.state is JobState.RUNNING
 
 
 class CompletionWorker(Generic[T]):
@@ -80,10 +80,10 @@ class CompletionWorker(Generic[T]):
     while running: its CancelToken is set and its own result, if any, is dropped). At most
     `max_queued` jobs wait: a new one beyond that drops the oldest waiting one (to None).
 
-    One idle job may wait besides (a newer one replaces it, and stops one running). It starts
-    only when no other job waits, and a job submitted while it waits or runs drops it (cancelled while running: the
-    engine stops within one model pass), unless that job asks for the very answer the idle job
-    computes (`adopt`)."""
+    One job ahead may wait besides (a newer one replaces it, and stops one running). It starts
+    only when no other job waits, and a job submitted while it waits or runs drops it (cancelled
+    while running: the engine stops within one model pass), unless that job asks for the very
+    answer the job ahead computes (`adopt`)."""
 
     def __init__(self, debounce_s: float = 0.03, max_queued: int = MAX_QUEUED_JOBS) -> None:
         self.debounce_s = debounce_s
@@ -91,10 +91,10 @@ class CompletionWorker(Generic[T]):
         self._lock = threading.Condition()
         self._queue: list[_Job[T]] = []
         self._running: _Job[T] | None = None
-        self._idle: _Job[T] | None = None
+        self._ahead: _Job[T] | None = None
         self._stopped = False
         self.superseded = 0
-        self.idle_preempted = 0  # idle jobs dropped or stopped for a request
+        self.ahead_preempted = 0  # jobs ahead dropped or stopped for a request
         self._thread = threading.Thread(target=self._loop, name="lookahead-model", daemon=True)
         self._thread.start()
 
@@ -113,7 +113,7 @@ class CompletionWorker(Generic[T]):
         waits for no debounce."""
         return self._enqueue(_Job(None, run, Future(), time.monotonic()))
 
-    def submit_idle(
+    def submit_ahead(
         self,
         key: str,
         answer: Hashable,
@@ -123,45 +123,45 @@ class CompletionWorker(Generic[T]):
         awaited: threading.Event | None = None,
     ) -> Future[T | None]:
         """Queues run(cancel), the computation of `answer`, for when no other job waits, not
-        before delay_s from now. It replaces the idle job waiting and stops the one running
+        before delay_s from now. It replaces the job ahead waiting and stops the one running
         (what the user did since decides what idle time is for); if_free (work that follows
-        other work ahead): it is dropped instead where idle work waits or runs. awaited: set
+        other work ahead): it is dropped instead where work ahead waits or runs. awaited: set
         once a request takes the job over."""
-        job = _Job(key, run, Future(), time.monotonic() + delay_s, idle_for=answer, awaited=awaited or threading.Event())
+        job = _Job(key, run, Future(), time.monotonic() + delay_s, ahead_of=answer, awaited=awaited or threading.Event())
         with self._lock:
-            for same in (self._running, self._idle):
-                if same is not None and same.idle_for == answer and same.state is not JobState.CANCELLED:
+            for same in (self._running, self._ahead):
+                if same is not None and same.ahead_of == answer and same.state is not JobState.CANCELLED:
                     return same.future
-            # A job that queues more idle work as it ends does not stop itself.
+            # A job that queues more work ahead as it ends does not stop itself.
             running = None if threading.current_thread() is self._thread else self._running
-            running_idle = running is not None and running.idle_and_running
-            if self._stopped or (if_free and (self._idle is not None or running_idle)):
+            running_ahead = running is not None and running.ahead_and_running
+            if self._stopped or (if_free and (self._ahead is not None or running_ahead)):
                 _discard(job)
                 return job.future
-            if self._idle is not None:
-                _discard(self._idle)
-            if running is not None and running_idle:
+            if self._ahead is not None:
+                _discard(self._ahead)
+            if running is not None and running_ahead:
                 _stop(running)
-            self._idle = job
+            self._ahead = job
             self._lock.notify_all()
         return job.future
 
     def adopt(self, answer: Hashable) -> Future[T | None] | None:
-        """The future of the idle job that computes `answer`, waiting or running, which from
+        """The future of the job ahead that computes `answer`, waiting or running, which from
         now on counts as a request's job (only a newer request for its document supersedes it);
-        None if no idle job does."""
+        None if no job ahead does."""
         with self._lock:
             running = self._running
-            if running is not None and running.idle_for == answer and running.state is JobState.RUNNING:
-                running.idle_for = None
+            if running is not None and running.ahead_of == answer and running.state is JobState.RUNNING:
+                running.ahead_of = None
                 running.awaited.set()
                 # As a new request would, it supersedes its document's older ones.
                 self._drop(lambda other: other.key == running.key and other is not running)
                 return running.future
-            waiting = self._idle
-            if waiting is not None and waiting.idle_for == answer:
-                self._idle = None
-                waiting.idle_for = None
+            waiting = self._ahead
+            if waiting is not None and waiting.ahead_of == answer:
+                self._ahead = None
+                waiting.ahead_of = None
                 waiting.awaited.set()
                 waiting.not_before = time.monotonic()
                 self._drop(lambda other: other.key == waiting.key)
@@ -170,23 +170,23 @@ class CompletionWorker(Generic[T]):
                 return waiting.future
         return None
 
-    def _preempt_idle(self) -> None:
-        """A request came: the idle work gives way (lock held)."""
-        if self._idle is not None:
-            _discard(self._idle)
-            self._idle = None
-            self.idle_preempted += 1
+    def _preempt_ahead(self) -> None:
+        """A request came: the work ahead gives way (lock held)."""
+        if self._ahead is not None:
+            _discard(self._ahead)
+            self._ahead = None
+            self.ahead_preempted += 1
         running = self._running
-        if running is not None and running.idle_and_running:
+        if running is not None and running.ahead_and_running:
             _stop(running)
-            self.idle_preempted += 1
+            self.ahead_preempted += 1
 
     def _enqueue(self, job: _Job[T]) -> Future[T | None]:
         with self._lock:
             if self._stopped:
                 _discard(job)
                 return job.future
-            self._preempt_idle()
+            self._preempt_ahead()
             if job.key is not None:
                 self._drop(lambda old: old.key == job.key)
             self._make_room()
@@ -195,10 +195,10 @@ class CompletionWorker(Generic[T]):
         return job.future
 
     @property
-    def idle_running(self) -> bool:
-        """Whether idle work (work ahead) runs now."""
+    def ahead_running(self) -> bool:
+        """Whether work ahead runs now."""
         with self._lock:
-            return self._running is not None and self._running.idle_and_running
+            return self._running is not None and self._running.ahead_and_running
 
     @property
     def queued(self) -> int:
@@ -207,20 +207,20 @@ class CompletionWorker(Generic[T]):
             return len(self._queue)
 
     def cancel(self, key: str) -> None:
-        """Drops every job with this key (the document was closed), idle ones included."""
+        """Drops every job with this key (the document was closed), work ahead included."""
         with self._lock:
             self._drop(lambda job: job.key == key)
-            if self._idle is not None and self._idle.key == key:
-                _discard(self._idle)
-                self._idle = None
+            if self._ahead is not None and self._ahead.key == key:
+                _discard(self._ahead)
+                self._ahead = None
             running = self._running
-            if running is not None and running.idle_for is not None and running.key == key:
+            if running is not None and running.ahead_of is not None and running.key == key:
                 _stop(running)
 
-    def drop_idle(self) -> None:
-        """Drops the idle work, waiting or running (what it computes is no longer wanted)."""
+    def drop_ahead(self) -> None:
+        """Drops the work ahead, waiting or running (what it computes is no longer wanted)."""
         with self._lock:
-            self._preempt_idle()
+            self._preempt_ahead()
 
     def cancel_job(self, future: Future[T | None]) -> None:
         """Drops the one job `submit` returned this future for, queued or running. A cancelled
@@ -235,9 +235,9 @@ class CompletionWorker(Generic[T]):
             for job in self._queue:
                 _discard(job)
             self._queue.clear()
-            if self._idle is not None:
-                _discard(self._idle)
-                self._idle = None
+            if self._ahead is not None:
+                _discard(self._ahead)
+                self._ahead = None
             if self._running is not None:
                 _stop(self._running)
             self._lock.notify_all()
@@ -250,7 +250,7 @@ class CompletionWorker(Generic[T]):
             _discard(job)
             self.superseded += 1
         running = self._running
-        if running is not None and running.idle_for is None and running.state is JobState.RUNNING and matches(running):
+        if running is not None and running.ahead_of is None and running.state is JobState.RUNNING and matches(running):
             _stop(running)
             self.superseded += 1
 
@@ -282,10 +282,10 @@ class CompletionWorker(Generic[T]):
                         self._running = job
                         return job
                     self._lock.wait(wait)
-                elif self._idle is not None:
-                    wait = self._idle.not_before - time.monotonic()
+                elif self._ahead is not None:
+                    wait = self._ahead.not_before - time.monotonic()
                     if wait <= 0:
-                        job, self._idle = self._idle, None
+                        job, self._ahead = self._ahead, None
                         job.move(JobState.RUNNING)
                         self._running = job
                         return job

@@ -40,7 +40,7 @@ _LOG = logging.getLogger(__name__)
 # Numbers the sessions of this process.
 _SESSIONS = itertools.count(1)
 # Edits pause this long before the end of the last one is taken for where the cursor rests: a
-# keystroke's own request comes sooner, and idle work must not start just before it.
+# keystroke's own request comes sooner, and work ahead must not start just before it.
 _EDIT_PAUSE_S = 0.5
 # The work-done progress of preparing the model (one per session).
 _MODEL_PROGRESS = "lookahead-model"
@@ -86,7 +86,7 @@ class LookaheadService:
             lambda: self.settings.work_ahead,
             lambda: self._model is not None and self._model.engine is not None,
             lambda uri, prefix, suffix: self._cached(uri, prefix, suffix) is not None,
-            self._submit_idle,
+            self._submit_ahead,
         )
         self._closed = False
         # The one thread that applies what the model's worker computed to this session's state.
@@ -108,7 +108,7 @@ class LookaheadService:
                 # model...) must not come back from the cache as if made under these.
                 self.suggestions.clear()
                 if self._model is not None:
-                    self._model.worker.drop_idle()
+                    self._model.worker.drop_ahead()
         if self._model is not None and self._model.key != self._model_key():
             self.start_model()
         self.workspace.configure(self._folder_settings())
@@ -328,7 +328,7 @@ class LookaheadService:
             if pending is not None and self.documents.text(pending.uri) == pending.prefix + pending.suffix:
                 self._planner.at(pending)
 
-    def _submit_idle(self, work: Work, answer: Hashable, delay_s: float, if_free: bool) -> None:
+    def _submit_ahead(self, work: Work, answer: Hashable, delay_s: float, if_free: bool) -> None:
         """Queues work ahead on the model's worker (lock held)."""
         model = self._model
         if model is None:
@@ -336,7 +336,7 @@ class LookaheadService:
         done: Future[Answer | None] = Future()
         awaited = threading.Event()
         run = self._job(work, done, awaited)
-        job = model.worker.submit_idle(self._session + work.uri, answer, run, delay_s, if_free, awaited)
+        job = model.worker.submit_ahead(self._session + work.uri, answer, run, delay_s, if_free, awaited)
         job.add_done_callback(lambda f: self._post(self._ended, f, done))
 
     def _after_adopted(

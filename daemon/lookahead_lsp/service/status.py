@@ -29,8 +29,8 @@ class Counters:
 class AheadCounters:
     """What work done while the model was idle cost and saved."""
 
-    runs: int = 0  # idle completions that finished
-    stopped: int = 0  # idle completions a request interrupted
+    runs: int = 0  # completions ahead that finished
+    stopped: int = 0  # completions ahead a request interrupted
     served: int = 0  # answers cut from their continuations, from the cache
     adopted: int = 0  # requests that found their answer being computed ahead and waited for it
     ms_model: float = 0.0  # model time spent ahead of requests
@@ -61,9 +61,9 @@ def _rounded(value: float | None) -> float | None:
 def ahead_status(
     a: AheadCounters, enabled: bool, engine: Engine | None, preempted: int, running: bool, places: NextPlaceCounts
 ) -> dict[str, Any]:
-    """"ahead": what work done while the model was idle cost and saved (preempted: idle jobs
-    the worker stopped for requests; running: whether some runs now), where the user went after
-    suggestions (places), and the KV states of recently used documents."""
+    """"ahead": what work done while the model was idle cost and saved (preempted: jobs of
+    work ahead the worker stopped for requests; running: whether some runs now), where the user
+    went after suggestions (places), and the KV states of recently used documents."""
     kv_states = engine.kv_states if engine is not None else None
     return {
         "enabled": enabled,
@@ -153,7 +153,7 @@ def session_status(
     loading = loaded is None or not loaded.ready.is_set()
     engine = loaded.engine if loaded is not None else None
     superseded = loaded.worker.superseded if loaded is not None else 0
-    preempted = loaded.worker.idle_preempted if loaded is not None else 0
+    preempted = loaded.worker.ahead_preempted if loaded is not None else 0
     if loading:
         workspace["index"]["state"] = "indexing"
     return {
@@ -177,7 +177,7 @@ def session_status(
         },
         "last": last,
         "ahead": ahead_status(
-            ahead, settings.work_ahead, engine, preempted, loaded is not None and loaded.worker.idle_running, next_places
+            ahead, settings.work_ahead, engine, preempted, loaded is not None and loaded.worker.ahead_running, next_places
         ),
         # Sessions (editor windows) of this daemon that share this one's model, and the models
         # and workspace folders the daemon holds for all its sessions.
