@@ -125,7 +125,7 @@ def test_after_a_suggestion_that_ends_its_line_the_line_after_enter_is_ready(new
         service.open_document(uri, None, text)
         shown = _complete(service, uri, text, cut)
         accepted = text[:cut] + shown.text
-        entered = accepted + after_enter(accepted)
+        entered = accepted + after_enter(accepted, "python")
 
         def prepared() -> bool:  # decoded there, not typed through from the continuation before
             hit = service.suggestions.lookup(uri, entered, text[cut:])

@@ -44,6 +44,19 @@ def test_enter_indents_as_editors_do() -> None:
     assert next_places("x = 1", "", "") == [Place("enter", "x = 1\n")]
 
 
+def test_enter_after_a_python_line_that_ends_its_block_outdents_as_editors_do() -> None:
+    assert after_enter("class A:\n    def f(self):\n        return 1", "python") == "\n    "
+    assert after_enter("for x in y:\n    if x:\n        break", "python") == "\n    "
+    assert after_enter("def f():\n    raise ValueError(x)", "python") == "\n"
+    assert after_enter("def f():\n    return (", "python") == "\n        "  # still open
+    assert after_enter("def f():\n    returned = 1", "python") == "\n    "  # not the keyword
+    assert after_enter("function f() {\n    return x;", "javascript") == "\n    "
+    assert next_places("def f():\n    ", "pass", "\n", "python") == [
+        Place("accept", "def f():\n    pass"),
+        Place("enter", "def f():\n    pass\n"),
+    ]
+
+
 def test_a_user_who_never_presses_enter_after_accepting_gets_that_line_prepared_no_more() -> None:
     planner = Planner()
     for n in range(9):

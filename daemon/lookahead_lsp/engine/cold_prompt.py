@@ -1,6 +1,6 @@
 """Cold prompts, cut to what the machine evaluates in a moment.
 
-A prompt nothing of which is in the KV cache or a saved state (a file just opened, a jump far
+A prompt nothing of which is in the KV cache or a KV state (a file just opened, a jump far
 into one) can take seconds to evaluate on a CPU: ~1.5k tokens at ~4.5 ms a token is 7 s on a
 two-core laptop, while the user waits for a first suggestion. Where evaluating what the cache
 lacks of a request's prompt would take longer than `cold_prompt_ms`, the request gets a short

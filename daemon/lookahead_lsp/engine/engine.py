@@ -146,7 +146,7 @@ class Engine:
         return self.prompts.fim is not None
 
     def forget_kv(self) -> None:
-        """Empties the KV cache and drops the saved states: the next prompt is evaluated whole
+        """Empties the KV cache and drops the KV states: the next prompt is evaluated whole
         (what a cold start costs)."""
         self.runtime.clear()
         self.kv_states.clear()

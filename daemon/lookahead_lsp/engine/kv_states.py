@@ -3,7 +3,7 @@ costs a copy (milliseconds) instead of its prompt's evaluation (seconds on a CPU
 
 There is one KV cache and it holds one document's prompt at a time. When a request needs a
 prompt the cache does not hold, the state it is about to lose is saved first, under the
-document it belongs to and the start of its prompt; a request whose prompt a saved state shares
+document it belongs to and the start of its prompt; a request whose prompt a KV state shares
 more of than the cache does gets that state put back before its prompt is evaluated. Which
 state serves is decided by the tokens alone, so a wrong label costs at most a useless copy,
 never a wrong completion.
@@ -14,7 +14,7 @@ and the user's own): each is kept under its start, so that saving one never drop
 Under one start the newer state replaces the older, unless it holds only a beginning of it.
 
 A prompt starts with context from other recently edited files, and switching files changes
-which those are: coming back to a file, its prompt would differ from its saved state from the
+which those are: coming back to a file, its prompt would differ from its KV state from the
 first token. So each state keeps the context it was built with, and the engine builds the
 prompt with that context again when this lets the state serve (`context_of`): only for the same
 owner, the session and document the state was saved for. Another window's document of the same
@@ -37,7 +37,7 @@ MIN_GAIN_TOKENS = 64
 # A state's start: this many of its first tokens.
 _START_TOKENS = 32
 
-# A saved state's key: its owner (session and document) and a digest of its start.
+# A KV state's key: its owner (session and document) and a digest of its start.
 Key = tuple[str, int]
 
 
@@ -55,7 +55,7 @@ class KvStates:
     def __init__(self, budget_bytes: int) -> None:
         self.budget_bytes = budget_bytes
         self._states: OrderedDict[Key, KvState] = OrderedDict()
-        # The extra context each document's last saved state was built with.
+        # The extra context each document's last KV state was built with.
         self._contexts: dict[str, Context] = {}
         self.stats = KvStateStats()
 
@@ -67,20 +67,20 @@ class KvStates:
         return len(self._states)
 
     def context_of(self, owner: str) -> Context | None:
-        """The extra context the last saved state of `owner` (a request's owner: its session
+        """The extra context the last KV state of `owner` (a request's owner: its session
         and document) was built with, if one is kept. Only the same owner's: another's context
         holds text its own request may not see."""
         kept = any(key[0] == owner for key in self._states)
         return self._contexts.get(owner) if kept else None
 
     def reach(self, runtime: ModelRuntime, tokens: Sequence[int]) -> int:
-        """How many leading tokens of `tokens` the cache or a saved state holds."""
+        """How many leading tokens of `tokens` the cache or a KV state holds."""
         return max(runtime.common_prefix(tokens), self._best(tokens)[1])
 
     def prepare(self, runtime: ModelRuntime, tokens: Sequence[int], owner: str | None, context: Context = ()) -> None:
         """Before `tokens` are evaluated: saves the cache's state under `owner` (the document
         it was last used for, whose prompt had `context`) if it is about to lose much, and
-        restores the saved state that shares the most of `tokens` if that beats what the
+        restores the KV state that shares the most of `tokens` if that beats what the
         cache holds."""
         have = runtime.common_prefix(tokens)
         if len(tokens) - have < MIN_GAIN_TOKENS:

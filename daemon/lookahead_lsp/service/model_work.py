@@ -32,9 +32,10 @@ MODEL_WAIT_S = 30.0
 
 @dataclass(frozen=True)
 class Work:
-    """The completion of (prefix, suffix) in a document. ahead: done while the model is idle
-    (the model's own continuation, uncut); warm: only the evaluation of its whole prompt; then:
-    the texts before the cursor of the places work ahead prepares after it."""
+    """The completion of (prefix, suffix) in a document of `language` (the editor's id). ahead:
+    done while the model is idle (the model's own continuation, uncut); warm: only the
+    evaluation of its whole prompt; then: the texts before the cursor of the places work ahead
+    prepares after it."""
 
     uri: str
     path: Path | None
@@ -43,6 +44,7 @@ class Work:
     ahead: bool = False
     warm: bool = False
     then: tuple[str, ...] = ()
+    language: str = ""
 
 
 @dataclass(frozen=True)

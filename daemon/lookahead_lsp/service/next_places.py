@@ -1,7 +1,9 @@
 """Where the user goes after a suggestion is shown, in the order work ahead prepares them: the
 end of the accepted text (Tab, and the request that follows at once there), then, when the
 suggestion ends its line, the start of the next line after Enter, indented as editors indent it
-(the line's indentation, one level more after a line that opens a block). A word accept needs
+(the line's indentation, one level more after a line that opens a block, one less in Python
+after a line that ends one: `return`, `raise`, `pass`, `break`, `continue`, as VS Code's
+Python support outdents there). A word accept needs
 nothing prepared: the rest of the shown suggestion answers it from the suggestion cache.
 
 Which of them are prepared follows what the session's user does (NextPlaceCounts): the end of
@@ -20,6 +22,8 @@ _OPENS_BLOCK = (":", "{", "(", "[")
 # The file's indentation unit is looked for in this many characters before the cursor.
 _UNIT_WINDOW = 16_384
 _DEFAULT_UNIT = "    "
+# Python statements after which nothing more runs in their block.
+_ENDS_BLOCK = ("return", "raise", "pass", "break", "continue")
 # The next line after Enter stays prepared while at least one accept in ten of a suggestion that
 # ends its line is followed by Enter, counting one Enter of two accepts before the first. Its
 # cost is one completion of model time that no request waits for, once per such accept; what it
@@ -62,24 +66,37 @@ class NextPlaceCounts:
         return (self.enter.taken + 1) / (self.enter.offered + 2) >= _WORTH_PREPARING
 
 
-def next_places(prefix: str, shown: str, suffix: str) -> list[Place]:
-    """The places to prepare after `shown` (maybe nothing) was suggested at (prefix, suffix),
-    most likely first."""
+def next_places(prefix: str, shown: str, suffix: str, language: str = "") -> list[Place]:
+    """The places to prepare after `shown` (maybe nothing) was suggested at (prefix, suffix) in
+    a document of `language`, most likely first."""
     accepted = prefix + shown
     places = [Place("accept", accepted)] if shown else []
     rest_of_line = suffix[: suffix.find("\n")] if "\n" in suffix else suffix
     if not rest_of_line.strip():
-        places.append(Place("enter", accepted + after_enter(accepted)))
+        places.append(Place("enter", accepted + after_enter(accepted, language)))
     return places
 
 
-def after_enter(before: str) -> str:
-    """What Enter inserts at the end of `before`."""
+def after_enter(before: str, language: str = "") -> str:
+    """What Enter inserts at the end of `before` in a document of `language`."""
     line = before[before.rfind("\n") + 1 :]
     indent = line[: len(line) - len(line.lstrip(" \t"))]
-    if line.rstrip().endswith(_OPENS_BLOCK):
-        indent += "\t" if indent.startswith("\t") else _indent_unit(before[-_UNIT_WINDOW:])
+    code = line.rstrip()
+    if code.endswith(_OPENS_BLOCK):
+        return "\n" + indent + ("\t" if indent.startswith("\t") else _indent_unit(before[-_UNIT_WINDOW:]))
+    if language == "python" and indent and _ends_python_block(code.strip()):
+        unit = "\t" if indent.startswith("\t") else _indent_unit(before[-_UNIT_WINDOW:])
+        return "\n" + (indent[: -len(unit)] if indent.endswith(unit) else "")
     return "\n" + indent
+
+
+def _ends_python_block(statement: str) -> bool:
+    """Whether nothing can follow this statement in its block (the next line outdents), its
+    brackets closed: a `return (` still to be continued does not."""
+    word = statement.split(None, 1)[0].rstrip(";") if statement else ""
+    if word not in _ENDS_BLOCK:
+        return False
+    return sum(statement.count(b) for b in "([{") == sum(statement.count(b) for b in ")]}")
 
 
 def _indent_unit(text: str) -> str:

@@ -259,7 +259,7 @@ class LookaheadService:
         if model is None or not self._completes(uri, text, language):
             done.set_result(None)
             return done
-        work = Work(uri, path, text[:offset], text[offset:])
+        work = Work(uri, path, text[:offset], text[offset:], language=language)
         with self._lock:
             self._planner.asked(uri, work.prefix)
             found = self._cached(uri, work.prefix, work.suffix)
@@ -305,7 +305,7 @@ class LookaheadService:
         with self._lock:
             self._cursor_reported = True
             if self._completes(uri, text, language):
-                self._planner.at(Work(uri, path, text[:offset], text[offset:]))
+                self._planner.at(Work(uri, path, text[:offset], text[offset:], language=language))
 
     def edited(self, uri: str, path: Path | None, text: str, offset: int, language: str) -> None:
         """The user's last edit ended at `offset`. For an editor that does not say where its
@@ -313,7 +313,7 @@ class LookaheadService:
         the edits pause, the completion there is computed while the model is idle."""
         with self._lock:
             if not self._cursor_reported and self._completes(uri, text, language):
-                self._planner.at(Work(uri, path, text[:offset], text[offset:]), _EDIT_PAUSE_S)
+                self._planner.at(Work(uri, path, text[:offset], text[offset:], language=language), _EDIT_PAUSE_S)
 
     def _completes(self, uri: str, text: str, language: str) -> bool:
         too_large = self.documents.too_large(uri, text)

@@ -63,7 +63,7 @@ class WorkAhead:
     def after_shown(self, work: Work, shown: str) -> bool:
         """`shown` was suggested for `work`: the places the user may go next, those this user
         goes to. Whether there is any."""
-        places = next_places(work.prefix, shown, work.suffix)
+        places = next_places(work.prefix, shown, work.suffix, work.language)
         enter = next((place.prefix for place in places if place.kind == "enter"), None)
         if shown:
             self._offer("accept", work.uri, work.prefix + shown)
