@@ -61,6 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,6 +189,7 @@ class LlamaVscodeEditor:
         self.cache: dict[str, str] = {}
         self.server = asyncio.Lock()  # one slot: requests run one at a time
         self.pending: set[asyncio.Task[None]] = set()
+        self.refused = 0  # requests llama-server answered with an error
 
     async def visit(self, uri: str, language: str, text: str) -> None:
         pass
@@ -209,8 +211,15 @@ class LlamaVscodeEditor:
     async def _ask(self, text: str) -> str:
         prompt = "".join(text.splitlines(keepends=True)[-PROMPT_LINES:])
         body = {"prompt": prompt, "n_predict": self.max_tokens, "cache_prompt": True, "stop": ["\n"], "top_k": 1, "samplers": ["top_k"]}
-        async with self.server:
-            reply = await asyncio.to_thread(_post, "/completion", body)
+        try:
+            async with self.server:
+                reply = await asyncio.to_thread(_post, "/completion", body)
+        except urllib.error.HTTPError as error:
+            # llama-server refuses a prompt longer than its context (256 long lines can be): the
+            # editor shows nothing, as llama.vscode does for an error.
+            self.refused += 1
+            print(f"llama-server refused a request: {error}", file=sys.stderr)
+            reply = {}
         content = str(reply.get("content", ""))
         self.cache[text] = content
         return content
@@ -400,7 +409,7 @@ async def run(args: argparse.Namespace, visits: list[Task], work: Path) -> dict[
                 upstream = LlamaVscodeEditor(args.max_tokens)
                 session = await type_session(upstream, visits, args.keys, args.rest_s, args.read_ms, args.seed)
                 await upstream.close()
-                results["llama.vscode emulation"] = report(session, args.languages)
+                results["llama.vscode emulation"] = {**report(session, args.languages), "refused": upstream.refused}
             finally:
                 server.terminate()
                 server.wait()
