@@ -505,21 +505,7 @@ async def first_start(
     try:
         report["model_loaded_s"] = await launch.model_loaded()
         daemon = launch.daemon
-        uri = document.path.as_uri()
-        daemon.open(uri, document.language, document.text)
-        at = end_of(document.text[: document.offset])
-        answer, request_ms = await daemon.complete(uri, at, invoked=True)
-        report["first_suggestion_s"] = round(time.monotonic() - launch.started, 3)
-        report["first_request_ms"] = round(request_ms, 1)
-        items = items_of(answer)
-        shown = str(items[0].insert_text) if items else ""
-        report["suggestion_nonempty"] = bool(shown.strip())
-        report["suggestion_chars"] = len(shown)
-        report["document"] = {
-            "path": document.path.relative_to(folder.path).as_posix(),
-            "line": at.line,
-            "character": at.character,
-        }
+        report.update(await _first_suggestion(launch, folder, document))
         index_while_answering = await folder_index(daemon)
         report["index_state_at_suggestion"] = index_while_answering["state"] if index_while_answering else None
         polls, index = await poll_until_ready(daemon, launch.started, FIRST_POLL_S, timeout_s)
@@ -541,18 +527,23 @@ async def _until_model_loaded(launch: Launch) -> float:
         await asyncio.sleep(RESTART_POLL_S)
 
 
-async def _first_suggestion(launch: Launch, document: Document) -> dict[str, Any]:
-    """The editor's first request, sent as soon as the daemon is initialized (it waits for the
-    model): the seconds from the start to its answer, and whether it was empty."""
+async def _first_suggestion(launch: Launch, folder: Folder, document: Document) -> dict[str, Any]:
+    """The editor's first request: the document opened and a completion asked for at its cursor
+    (a daemon still loading its model makes it wait); the seconds from the daemon's start to the
+    answer, the request's own time, and what it showed."""
     daemon = launch.daemon
     uri = document.path.as_uri()
     daemon.open(uri, document.language, document.text)
-    answer, request_ms = await daemon.complete(uri, end_of(document.text[: document.offset]), invoked=True)
+    at = end_of(document.text[: document.offset])
+    answer, request_ms = await daemon.complete(uri, at, invoked=True)
     items = items_of(answer)
+    shown = str(items[0].insert_text) if items else ""
     return {
         "first_suggestion_s": round(time.monotonic() - launch.started, 3),
         "first_request_ms": round(request_ms, 1),
-        "suggestion_nonempty": bool(items and str(items[0].insert_text).strip()),
+        "suggestion_nonempty": bool(shown.strip()),
+        "suggestion_chars": len(shown),
+        "document": {"path": document.path.relative_to(folder.path).as_posix(), "line": at.line, "character": at.character},
     }
 
 
@@ -565,7 +556,7 @@ async def restart(
     try:
         await launch.model_loaded()
         model = asyncio.ensure_future(_until_model_loaded(launch))
-        first = asyncio.ensure_future(_first_suggestion(launch, document))
+        first = asyncio.ensure_future(_first_suggestion(launch, folder, document))
         polls, index = await poll_until_ready(launch.daemon, launch.started, RESTART_POLL_S, timeout_s)
         report["model_loaded_s"] = await model
         report.update(await first)

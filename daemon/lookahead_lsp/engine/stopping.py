@@ -187,8 +187,8 @@ class Stopper:
         if not tail or not kept.endswith(tail):
             return kept
         dropped = kept[: -len(tail)]
-        balanced_as_generated = _bracket_depth(self._before_cursor + kept + tail) == 0
-        if balanced_as_generated and _bracket_depth(self._before_cursor + dropped + tail) != 0:
+        balanced_as_generated = bracket_depth(self._before_cursor + kept + tail) == 0
+        if balanced_as_generated and bracket_depth(self._before_cursor + dropped + tail) != 0:
             return kept
         return dropped
 
@@ -209,7 +209,7 @@ def _indent(line: str) -> int:
     return _width(line[: len(line) - len(line.lstrip())])
 
 
-def _bracket_depth(line: str) -> int:
+def bracket_depth(line: str) -> int:
     """Opening minus closing brackets: 0 when they balance, ignoring order and strings."""
     opened = sum(line.count(bracket) for bracket in OPENING_BRACKETS)
     return opened - sum(line.count(bracket) for bracket in CLOSING_BRACKETS)

@@ -3,8 +3,8 @@ end of the accepted text (Tab, and the request that follows at once there), then
 suggestion ends its line, the start of the next line after Enter, indented as editors indent it
 (the line's indentation, one level more after a line that opens a block, one less in Python
 after a line that ends one: `return`, `raise`, `pass`, `break`, `continue`, as VS Code's
-Python support outdents there). A word accept needs
-nothing prepared: the rest of the shown suggestion answers it from the suggestion cache.
+Python support outdents there). A word accept needs nothing prepared: the rest of the shown
+suggestion answers it from the suggestion cache.
 
 Which of them are prepared follows what the session's user does (NextPlaceCounts): the end of
 the accepted text always (Tab asks there at once, and one computed on the request costs a
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
+
+from lookahead_lsp.engine.stopping import bracket_depth
 
 # A line ending with one of these opens a block (Python's `:`, braces and brackets elsewhere):
 # Enter indents the next line one level more.
@@ -83,20 +85,23 @@ def after_enter(before: str, language: str = "") -> str:
     indent = line[: len(line) - len(line.lstrip(" \t"))]
     code = line.rstrip()
     if code.endswith(_OPENS_BLOCK):
-        return "\n" + indent + ("\t" if indent.startswith("\t") else _indent_unit(before[-_UNIT_WINDOW:]))
+        return "\n" + indent + _unit(indent, before)
     if language == "python" and indent and _ends_python_block(code.strip()):
-        unit = "\t" if indent.startswith("\t") else _indent_unit(before[-_UNIT_WINDOW:])
+        unit = _unit(indent, before)
         return "\n" + (indent[: -len(unit)] if indent.endswith(unit) else "")
     return "\n" + indent
+
+
+def _unit(indent: str, before: str) -> str:
+    """One level of indentation: a tab where the line is tab-indented, else the file's step."""
+    return "\t" if indent.startswith("\t") else _indent_unit(before[-_UNIT_WINDOW:])
 
 
 def _ends_python_block(statement: str) -> bool:
     """Whether nothing can follow this statement in its block (the next line outdents), its
     brackets closed: a `return (` still to be continued does not."""
     word = statement.split(None, 1)[0].rstrip(";") if statement else ""
-    if word not in _ENDS_BLOCK:
-        return False
-    return sum(statement.count(b) for b in "([{") == sum(statement.count(b) for b in ")]}")
+    return word in _ENDS_BLOCK and bracket_depth(statement) == 0
 
 
 def _indent_unit(text: str) -> str:

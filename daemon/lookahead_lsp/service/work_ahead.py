@@ -1,10 +1,9 @@
 """Where one session's model works while no request waits, and in which order: where the cursor
 rests (or the last edit ended, for editors that do not report the cursor), and after a
 suggestion the places the user may go next (next_places.py), one after the other, those its
-user goes to often enough; the whole
-prompt of a completion that was given a short one; and, while the model loads, the last place
-asked for, for once it is ready. The service calls it under its lock and submits what it
-chooses (`submit`)."""
+user goes to often enough; the whole prompt of a completion that was given a short one; and,
+while the model loads, the last place asked for, for once it is ready. The service calls it
+under its lock and submits what it chooses (`submit`)."""
 
 from __future__ import annotations
 
