@@ -3,7 +3,6 @@ keeping a core busy takes a thread away from the next completion; a count the us
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -29,11 +28,10 @@ def _spinning() -> subprocess.Popen[bytes]:
     """A process keeping a core busy, returned once it has spun for a quarter of a second of CPU
     time (it is then the load the chooser sees)."""
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    ticks = os.sysconf("SC_CLK_TCK")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        fields = Path(f"/proc/{busy.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        if (int(fields[11]) + int(fields[12])) / ticks >= 0.25:
+        spun = sample(own=Path(f"/proc/{busy.pid}/stat"))
+        if spun is not None and spun.own_s >= 0.25:
             return busy
         time.sleep(0.02)
     busy.kill()
