@@ -371,17 +371,22 @@ def test_work_done_ahead_sizes_its_prompt_passes_by_time(engine: Engine) -> None
     assert passes(1e6) == 1 + -(-(600 - 32) // 128)
 
 
-def test_work_done_ahead_that_a_request_awaits_stops_at_its_answer(engine: Engine) -> None:
-    """A request that takes over work done ahead (no stop rules, up to the token budget) waits
-    for the line it will show, not for the whole continuation: the work stops once that line
-    is known, and cut by the request's rules it shows what the request's own completion would."""
+@pytest.mark.parametrize("why", ["a request awaits it", "its next place follows"])
+def test_work_done_ahead_stops_at_its_answer_when_asked(engine: Engine, why: str) -> None:
+    """Work done ahead (no stop rules, up to the token budget) stops once the line a request at
+    its cursor shows is known, where a request waits for it (it would wait for the whole
+    continuation) or where the next place's work decodes the rest (until_answered); cut by the
+    request's rules it shows what the request's own completion would."""
     request = CompletionRequest(STACK + "    def pop(self):\n", "", "stack.py")
     ahead = DecodeOptions(draft="none", max_tokens=48, stop_rules=False, multiline="never")
     engine.forget_kv()
     whole = engine.complete(request, ahead)
     assert whole.stop_reason == "max-tokens" and "\n" in whole.text.strip()
     awaited = threading.Event()
-    awaited.set()
+    if why == "a request awaits it":
+        awaited.set()
+    else:
+        ahead = dataclasses.replace(ahead, until_answered=True)
     engine.forget_kv()
     cut_short = engine.complete(request, ahead, awaited=awaited)
     assert cut_short.stop_reason == "answered"

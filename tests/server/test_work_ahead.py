@@ -61,6 +61,16 @@ def _spot(name: str, before: str) -> tuple[str, str, int]:
     return f"file:///stdlib/{name}", text, text.index(before) + len(before)
 
 
+def _line_end_spot(name: str, before: str) -> tuple[str, str, int]:
+    """The cursor in the body's first line after `before`, the rest of that line gone: a
+    suggestion there ends its line."""
+    uri, text, offset = _spot(name, before)
+    line_start = text.index("\n", offset) + 1
+    line_end = text.index("\n", line_start)
+    cut = line_start + (len(text[line_start:line_end]) - len(text[line_start:line_end].lstrip())) + 2
+    return uri, text[:cut] + text[line_end:], cut
+
+
 def _complete(service: LookaheadService, uri: str, text: str, offset: int) -> Answer:
     answer = service.complete(uri, None, text, offset, "python", invoked=True).result(timeout=WAIT_S)
     assert answer is not None
@@ -116,12 +126,7 @@ def test_after_a_suggestion_that_ends_its_line_the_line_after_enter_is_ready(new
     service = new_session
     served_texts, fresh_texts = [], []
     for name, before in SPOTS:
-        uri, text, offset = _spot(name, before)
-        # The cursor in the body's first line, the rest of that line gone: a suggestion ends it.
-        line_start = text.index("\n", offset) + 1
-        line_end = text.index("\n", line_start)
-        cut = line_start + (len(text[line_start:line_end]) - len(text[line_start:line_end].lstrip())) + 2
-        text = text[:cut] + text[line_end:]
+        uri, text, cut = _line_end_spot(name, before)
         service.open_document(uri, None, text)
         shown = _complete(service, uri, text, cut)
         accepted = text[:cut] + shown.text
@@ -154,6 +159,36 @@ def test_after_a_suggestion_that_ends_its_line_the_line_after_enter_is_ready(new
     # nearly every spot.
     same = sum(a == b for a, b in zip(served_texts, fresh_texts))
     assert 2 * same >= len(SPOTS), f"prepared {served_texts} but the model gives {fresh_texts}"
+
+
+def test_with_the_line_after_enter_prepared_the_accepted_line_is_not_decoded_twice(
+    new_session: LookaheadService,
+) -> None:
+    """One-line suggestions: past the end of the accepted line, the continuation decoded at the
+    end of the accepted text would be the next line, which the work at the place after Enter
+    decodes again: it stops at its answer, so that the next line is ready sooner."""
+    service = new_session
+    service.configure({**SETTINGS, "multiline": "never"})
+    checked = 0
+    for name, before in SPOTS:
+        uri, text, cut = _line_end_spot(name, before)
+        service.open_document(uri, None, text)
+        shown = _complete(service, uri, text, cut)
+        if not shown.text:  # nothing to accept
+            service.close_document(uri, None)
+            continue
+        accepted = text[:cut] + shown.text
+        entered = accepted + after_enter(accepted, "python")
+        _until(lambda: service.suggestions.lookup(uri, entered, text[cut:]) is not None)
+        service.worker.drop_ahead()
+        at_accept = service.suggestions.lookup(uri, accepted, text[cut:])
+        assert at_accept is not None and at_accept.continuation
+        assert "\n" in at_accept.text
+        # At most the newline's token: no code of the next line.
+        assert not at_accept.text.split("\n", 1)[1].strip(), f"decoded {at_accept.text!r} at the accepted text's end"
+        service.close_document(uri, None)
+        checked += 1
+    assert checked >= 2, "too few suggestions to check"
 
 
 def test_where_the_cursor_rests_the_completion_is_ready_before_the_request(service: LookaheadService) -> None:

@@ -265,14 +265,15 @@ class CompletionRun:
             self.stop_at = self.stopper.check(self.generated_text())
             if self.stop_at is not None:
                 reason = "stop-rule"
-        elif reason is None and self._is_awaited() and self._request_stopper.check(self.generated_text()) is not None:
-            # The continuation holds the answer of the request waiting for it: the rest would
-            # only make it wait longer (the text stays uncut, as work done ahead keeps it).
+        elif reason is None and self._until_answered() and self._request_stopper.check(self.generated_text()) is not None:
+            # The continuation holds the answer of the request waiting for it, or of the one its
+            # next place's work will continue from: the rest would only make that request wait
+            # longer (the text stays uncut, as work done ahead keeps it).
             reason = "answered"
         return reason
 
-    def _is_awaited(self) -> bool:
-        return self.awaited is not None and self.awaited.is_set()
+    def _until_answered(self) -> bool:
+        return self.options.until_answered or (self.awaited is not None and self.awaited.is_set())
 
     @functools.cached_property
     def _request_stopper(self) -> Stopper:

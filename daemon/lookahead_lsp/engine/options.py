@@ -83,6 +83,10 @@ class DecodeOptions:
     # Set: a prompt whose evaluation would take longer than this is cut short, for Engine.warm
     # to evaluate whole later (cold_prompt.py).
     cold_prompt_ms: float | None = None
+    # Without stop rules: the continuation ends once it holds the answer of a request at its
+    # cursor (as it does for a request waiting on it), for work ahead whose next places are
+    # prepared by work of their own, which would decode the rest again.
+    until_answered: bool = False
 
     def __post_init__(self) -> None:
         if self.draft not in _MODES:

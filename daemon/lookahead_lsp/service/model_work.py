@@ -57,7 +57,7 @@ class Computed:
     warmed_ms: float = 0.0
 
 
-def decode_options(settings: Settings, ahead: bool) -> DecodeOptions:
+def decode_options(settings: Settings, work: Work) -> DecodeOptions:
     options = DecodeOptions(
         draft=settings.draft,
         multiline=settings.multiline,
@@ -67,9 +67,13 @@ def decode_options(settings: Settings, ahead: bool) -> DecodeOptions:
         # Without work ahead nothing would evaluate a short prompt's whole one later.
         cold_prompt_ms=settings.cold_prompt_ms if settings.work_ahead else None,
     )
-    if ahead:
-        # The model's own continuation, uncut: each request it answers cuts it for itself.
-        options = dataclasses.replace(options, stop_rules=False, prefill_pass_ms=AHEAD_PASS_MS)
+    if work.ahead:
+        # The model's own continuation, uncut: each request it answers cuts it for itself. Past
+        # its own answer it would decode what the next place's work decodes (the line after an
+        # accepted one, after Enter): with next places it stops there, and they start sooner.
+        options = dataclasses.replace(
+            options, stop_rules=False, prefill_pass_ms=AHEAD_PASS_MS, until_answered=bool(work.then)
+        )
     return options
 
 

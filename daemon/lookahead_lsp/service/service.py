@@ -367,7 +367,7 @@ class LookaheadService:
         """The worker's job for `work`, under the settings of now: it computes on the worker
         and hands what it computed to the applier (`done` gets the answer there); awaited: the
         event the worker sets once a request takes this work ahead over."""
-        options = decode_options(self.settings, work.ahead)
+        options = decode_options(self.settings, work)
         sources = self.settings.context_sources if self.settings.extra_context_tokens else ()
         # The other documents as they are now; their lines are cut out on the worker.
         recent = self.documents.others(work.uri)
