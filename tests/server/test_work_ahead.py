@@ -326,6 +326,35 @@ def test_a_cold_prompt_is_cut_short_and_the_whole_one_evaluated_while_idle(servi
         service.worker.submit_chore(lambda cancel: Computed()).result(timeout=WAIT_S)
 
 
+def test_a_suggestion_from_a_short_prompt_gets_its_next_places_before_the_whole_prompt(
+    new_session: LookaheadService,
+) -> None:
+    """A first suggestion that came from a short prompt: the places after it (the end of the
+    accepted text, the line after Enter) are prepared before the whole prompt is evaluated,
+    which would have replaced them: the next key needs them first."""
+    service = new_session
+    _complete(service, "file:///timing.py", "x = 1\n" * 40, 240)  # a prompt pass is timed
+    token_ms = _ahead(service)["prompt_token_ms"]
+    assert token_ms is not None
+    service.configure({"coldPromptMs": 64 * token_ms, "multiline": "never"})
+    checked = 0
+    for name, before in SPOTS:
+        uri, text, cut = _line_end_spot(name, before)
+        service.open_document(uri, None, text)
+        warmed = _ahead(service)["warmed_tokens"]
+        first = _complete(service, uri, text, cut)
+        assert first.completion is not None and first.completion.stats.short_prompt
+        if first.text:
+            accepted = text[:cut] + first.text
+            entered = accepted + after_enter(accepted, "python")
+            _until(lambda: service.suggestions.lookup(uri, entered, text[cut:]) is not None)
+            checked += 1
+        # And the whole prompt after them.
+        _until(lambda: _ahead(service)["warmed_tokens"] > warmed + 1000)
+        service.close_document(uri, None)
+    assert checked >= 2, "too few suggestions to check"
+
+
 def test_work_ahead_off_leaves_the_model_idle(service: LookaheadService) -> None:
     service.configure({"workAhead": False, "coldPromptMs": 1})
     try:

@@ -417,7 +417,7 @@ class LookaheadService:
         if work.ahead:
             self.ahead.record(result)
             if not cancel.cancelled:
-                self._planner.after_done(work)
+                continued = self._planner.after_done(work)
         else:
             self._served(result, result.text)
             # What the user sees may be accepted next: its continuation (and the next line) is
@@ -425,7 +425,9 @@ class LookaheadService:
             continued = self._planner.after_shown(work, result.text)
         if result.stats.short_prompt:
             self.ahead.short_prompts += 1
-            if not continued:  # else the next place's own short prompt queues it
+            # The next place's own short prompt queues it: evaluating the whole prompt first
+            # would replace the next place's work, which the user's next key needs sooner.
+            if not continued:
                 self._planner.whole_prompt(work)
         resolve(done, None if cancel.cancelled else Answer(result.text, "model", result))
 

@@ -42,22 +42,23 @@ class WorkAhead:
         self._offered: dict[PlaceKind, tuple[str, str]] = {}
         self._enter_after_accept: str | None = None
 
-    def at(self, work: Work, delay_s: float = 0.0, if_free: bool = False) -> None:
+    def at(self, work: Work, delay_s: float = 0.0, if_free: bool = False) -> bool:
         """Prepares the completion `work` describes (and then the places of work.then), not
         before delay_s, unless the cache knows it or the user turned this off; if_free: only if
-        no other work ahead waits or runs."""
+        no other work ahead waits or runs. Whether some place was queued."""
         if not self._enabled():
-            return
+            return False
         if not self._loaded():
             self.when_loaded = work
-            return
+            return False
         prefixes = (work.prefix, *work.then)
         while prefixes and self._answered(work.uri, prefixes[0], work.suffix):
             prefixes = prefixes[1:]
         if not prefixes:
-            return
+            return False
         first = replace(work, prefix=prefixes[0], ahead=True, then=prefixes[1:])
         self._submit(first, self._answer(first), delay_s, if_free)
+        return True
 
     def after_shown(self, work: Work, shown: str) -> bool:
         """`shown` was suggested for `work`: the places the user may go next, those this user
@@ -70,9 +71,7 @@ class WorkAhead:
         elif enter is not None:
             self._offer("enter", work.uri, enter)
         chosen = [place.prefix for place in places if self.counts.prepares(place.kind)]
-        if chosen:
-            self.at(replace(work, prefix=chosen[0], then=tuple(chosen[1:])))
-        return bool(chosen)
+        return bool(chosen) and self.at(replace(work, prefix=chosen[0], then=tuple(chosen[1:])))
 
     def asked(self, uri: str, prefix: str) -> None:
         """A request came at (uri, prefix): an offered place taken, if it is one."""
@@ -92,14 +91,15 @@ class WorkAhead:
             self._offered[kind] = (uri, prefix)
             self.counts.of(kind).offered += 1
 
-    def after_done(self, work: Work) -> None:
-        """Work ahead finished: the next of its places, after the user's newer work ahead."""
-        if work.then:
-            self.at(replace(work, prefix=work.then[0], then=work.then[1:]), if_free=True)
+    def after_done(self, work: Work) -> bool:
+        """Work ahead finished: the next of its places, after the user's newer work ahead.
+        Whether one was queued."""
+        return bool(work.then) and self.at(replace(work, prefix=work.then[0], then=work.then[1:]), if_free=True)
 
     def whole_prompt(self, work: Work) -> None:
         """`work` was given a short prompt (cold_prompt.py): its whole prompt is evaluated, for
-        the next requests there to use."""
+        the next requests there to use. Called once no next place waits: it stops the work
+        ahead running and replaces the one waiting."""
         if self._enabled() and self._loaded():
             warm = replace(work, ahead=True, warm=True, then=())
             self._submit(warm, ("warm", self._answer(warm)), 0.0, False)
