@@ -44,6 +44,15 @@ def test_enter_indents_as_editors_do() -> None:
     assert next_places("x = 1", "", "") == [Place("enter", "x = 1\n")]
 
 
+def test_enter_finds_the_files_indentation_step_past_comments_and_aligned_lines() -> None:
+    # A doc comment's middle lines are one space in: alignment, not a step of one.
+    js = "/**\n * Adds.\n */\nclass A {\n    /**\n     * Scope.\n     */\n    removeScope(scope) {"
+    assert after_enter(js, "javascript") == "\n        "
+    # Arguments aligned under an opening bracket: one odd step among the file's steps of four.
+    py = "def f(a,\n      b):\n    if a:\n        return b\n    for x in a:\n        if x:"
+    assert after_enter(py, "python") == "\n            "
+
+
 def test_enter_after_a_python_line_that_ends_its_block_outdents_as_editors_do() -> None:
     assert after_enter("class A:\n    def f(self):\n        return 1", "python") == "\n    "
     assert after_enter("for x in y:\n    if x:\n        break", "python") == "\n    "

@@ -13,6 +13,7 @@ suggestion that ends its line often enough."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -105,13 +106,25 @@ def _ends_python_block(statement: str) -> bool:
 
 
 def _indent_unit(text: str) -> str:
-    """The file's indentation step: tabs if its lines start with one, else the smallest
-    indentation in spaces that some line has."""
-    widths = set()
+    """The file's indentation step, guessed as editors guess it: tabs where more lines start
+    with one than with a space, else the change in indentation between one line and the next
+    seen most often (the smaller where two tie). Lines of a block comment's middle (` * `)
+    are left out: their one extra space is alignment, not a level."""
+    tabbed = spaced = 0
+    steps: Counter[int] = Counter()
+    previous = 0  # the text starts at a line's start, or a step counted wrong is outvoted
     for line in text.split("\n")[1:]:
-        if line.startswith("\t"):
-            return "\t"
+        code = line.lstrip(" \t")
+        if not code or code.startswith("*"):
+            continue
+        tabbed += line.startswith("\t")
+        spaced += line.startswith(" ")
         width = len(line) - len(line.lstrip(" "))
-        if width and line.strip():
-            widths.add(width)
-    return " " * min(widths) if widths else _DEFAULT_UNIT
+        if width != previous and not line.startswith("\t"):
+            steps[abs(width - previous)] += 1
+        previous = width
+    if tabbed > spaced:
+        return "\t"
+    if not steps:
+        return _DEFAULT_UNIT
+    return " " * min(steps, key=lambda step: (-steps[step], step))
