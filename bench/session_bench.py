@@ -10,8 +10,12 @@ cursor of a file opened or jumped to at once), asks for a suggestion (time to th
 the file's real next characters with human timing (a gap of 90-220 ms a key, a pause of
 0.6-1.5 s now and then). Each suggestion is read for --read-ms; when the real text continues
 with it the user accepts it whole, else with its first word when that matches (the way Tab and
-Ctrl+Right accept), else types on; Enter inserts the newline and the next line's indentation at
-once, as an editor's auto-indent does. Every key and every accept is a request; its latency is
+Ctrl+Right accept), else types on; Enter inserts the newline and the editor's auto-indent (the
+line's indentation, one step more after a line that opens a block, one less in Python after
+`return` and the like; the step detected from the whole file, as VS Code detects it). Where the
+real line is indented otherwise, the next key puts the indentation right with the line's first
+character (as an editor outdents a closing bracket), and on a blank line Enter again takes the
+indentation to the next line. Every key and every accept is a request; its latency is
 the time from the edit to the answer, answers from caches and from work done ahead included and
 counted apart. Halfway through each visit the user types up to 3 characters of the line in a
 burst (60 ms apart, nothing asked: keys faster than an editor's debounce, or a client that asks
@@ -105,7 +109,10 @@ class Editor(Protocol):
 
     async def visit(self, uri: str, language: str, text: str) -> None: ...
     async def rest(self, uri: str, text: str) -> None: ...
-    async def edit(self, uri: str, text: str, inserted: str) -> None: ...
+    async def edit(self, uri: str, text: str, inserted: str, removed: int = 0) -> None:
+        """`inserted` typed at the end of text, over its last `removed` characters."""
+        ...
+
     async def suggest(self, uri: str, text: str) -> tuple[str, str]:
         """The suggestion at the end of text, and where it came from."""
         ...
@@ -137,17 +144,16 @@ class LookaheadEditor:
             {"textDocument": {"uri": uri}, "position": {"line": position.line, "character": position.character}},
         )
 
-    async def edit(self, uri: str, text: str, inserted: str) -> None:
+    async def edit(self, uri: str, text: str, inserted: str, removed: int = 0) -> None:
         self.versions[uri] += 1
+        kept = text[: len(text) - removed]
+        document = types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri])
+        change: types.TextDocumentContentChangeEvent
         if self.editor == "whole-document":
-            self.daemon.client.text_document_did_change(
-                types.DidChangeTextDocumentParams(
-                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]),
-                    content_changes=[types.TextDocumentContentChangeWholeDocument(text=text + inserted)],
-                )
-            )
-            return
-        self.daemon.insert(uri, self.versions[uri], end_of(text), inserted)
+            change = types.TextDocumentContentChangeWholeDocument(text=kept + inserted)
+        else:
+            change = types.TextDocumentContentChangePartial(range=types.Range(end_of(kept), end_of(text)), text=inserted)
+        self.daemon.client.text_document_did_change(types.DidChangeTextDocumentParams(document, [change]))
 
     async def suggest(self, uri: str, text: str) -> tuple[str, str]:
         cached = (await self.daemon.status()).completions.from_cache
@@ -197,7 +203,7 @@ class LlamaVscodeEditor:
     async def rest(self, uri: str, text: str) -> None:
         pass
 
-    async def edit(self, uri: str, text: str, inserted: str) -> None:
+    async def edit(self, uri: str, text: str, inserted: str, removed: int = 0) -> None:
         pass
 
     def _cached(self, text: str) -> str | None:
@@ -288,54 +294,114 @@ async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: fl
         shown, source = await editor.suggest(uri, text)
         session.latencies.append(Latency("first", (time.perf_counter() - start) * 1000, source, task.language))
         real = task.text[task.cursor + done :]
+        step = _indent_step(task.text)
         typed = 0
         after_accept = False
         rested = False
-        while typed < keys and real:
-            if not rested and typed >= keys // 2:
+        # After an Enter whose auto-indent is not the real line's: (what the editor inserted,
+        # the real indentation). The document then ends with the first, and `real` (what is
+        # left to type) starts after the second.
+        misindented: tuple[str, str] | None = None
+        while (typed < keys or misindented) and real:
+            removed = 0
+            if misindented is not None:
+                await asyncio.sleep(rng.uniform(0.09, 0.22))
+                auto, indent = misindented
+                misindented = None
+                if real.startswith("\n"):
+                    # A blank line: Enter again; the editor takes the indentation to the new line.
+                    real = real[1:]
+                    following = _indentation(real)
+                    inserted, removed, kind = indent + "\n" + auto, len(auto), "key"
+                    real = real[len(following) :]
+                    if following != auto:
+                        misindented = (auto, following)
+                else:
+                    # The user puts the indentation right as they type the line's first
+                    # character (as an editor outdents a closing bracket): one key.
+                    inserted, removed, kind = indent + real[0], len(auto), "key"
+                    real = real[1:]
+                typed += 1
+            elif not rested and typed >= keys // 2 and (burst := _burst(real)):
                 rested = True
-                burst = _burst(real)
-                if burst:
-                    for char in burst:
-                        await asyncio.sleep(0.06)
-                        await editor.edit(uri, text, char)
-                        text += char
-                    real = real[len(burst) :]
-                    typed += len(burst)
-                    await editor.rest(uri, text)
-                    await asyncio.sleep(rest_s)
-                    start = time.perf_counter()
-                    shown, source = await editor.suggest(uri, text)
-                    session.latencies.append(Latency("rest", (time.perf_counter() - start) * 1000, source, task.language))
-                    after_accept = False
-                    continue
-            await asyncio.sleep(read_ms / 1000 if shown else rng.uniform(0.09, 0.22))
-            word = _first_word(shown)
-            if shown and real.startswith(shown):
-                inserted, kind = shown, "accept"
-            elif word and len(word) >= 2 and real.startswith(word):
-                inserted, kind = word, "word"
-            elif real.startswith("\n"):
-                # Enter, and the editor's auto-indent (taken to be right: the next line's).
-                next_line = real[1:].split("\n", 1)[0]
-                inserted = "\n" + next_line[: len(next_line) - len(next_line.lstrip(" \t"))]
-                kind = "enter" if after_accept else "key"
+                for char in burst:
+                    await asyncio.sleep(0.06)
+                    await editor.edit(uri, text, char)
+                    text += char
+                real = real[len(burst) :]
+                typed += len(burst)
+                await editor.rest(uri, text)
+                await asyncio.sleep(rest_s)
+                start = time.perf_counter()
+                shown, source = await editor.suggest(uri, text)
+                session.latencies.append(Latency("rest", (time.perf_counter() - start) * 1000, source, task.language))
+                after_accept = False
+                continue
             else:
-                inserted, kind = real[0], "key"
-                if rng.random() < 0.08:
-                    await asyncio.sleep(rng.uniform(0.6, 1.5))
-            if kind in ("accept", "word"):
-                session.accepts["whole" if kind == "accept" else kind] += 1
+                rested = rested or typed >= keys // 2
+                await asyncio.sleep(read_ms / 1000 if shown else rng.uniform(0.09, 0.22))
+                word = _first_word(shown)
+                if shown and real.startswith(shown):
+                    inserted, kind = shown, "accept"
+                elif word and len(word) >= 2 and real.startswith(word):
+                    inserted, kind = word, "word"
+                elif real.startswith("\n"):
+                    inserted, kind = "\n", "enter" if after_accept else "key"
+                else:
+                    inserted, kind = real[0], "key"
+                    if rng.random() < 0.08:
+                        await asyncio.sleep(rng.uniform(0.6, 1.5))
+                real = real[len(inserted) :]
+                typed += len(inserted)
+                if inserted == "\n":
+                    # Enter, and the editor's auto-indent, which the real line may not have.
+                    indent, auto = _indentation(real), _auto_indent(text, task.language, step)
+                    inserted += auto
+                    real = real[len(indent) :]
+                    if auto != indent:
+                        misindented = (auto, indent)
+                if kind in ("accept", "word"):
+                    session.accepts["whole" if kind == "accept" else kind] += 1
             after_accept = kind == "accept"
-            await editor.edit(uri, text, inserted)
-            text += inserted
-            real = real[len(inserted) :]
-            typed += len(inserted)
+            await editor.edit(uri, text, inserted, removed)
+            text = text[: len(text) - removed] + inserted
             start = time.perf_counter()
             shown, source = await editor.suggest(uri, text)
             session.latencies.append(Latency(kind, (time.perf_counter() - start) * 1000, source, task.language))
         texts[uri] = text
     return session
+
+
+def _indentation(text: str) -> str:
+    """The whitespace that starts text's first line."""
+    line = text.split("\n", 1)[0]
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _indent_step(text: str) -> str:
+    """The file's indentation step as an editor detects it when it opens the file (VS Code's
+    detectIndentation): tabs where more lines start with a tab, else the most common change of
+    indentation between neighbouring code lines (doc comments' ` * ` lines left out)."""
+    lines = [line for line in text.split("\n") if line.strip() and not line.lstrip().startswith("*")]
+    if sum(line.startswith("\t") for line in lines) > sum(line.startswith(" ") for line in lines):
+        return "\t"
+    widths = [len(line) - len(line.lstrip(" ")) for line in lines]
+    steps = [abs(b - a) for a, b in zip(widths, widths[1:]) if a != b]
+    return " " * min(set(steps), key=lambda n: (-steps.count(n), n)) if steps else "    "
+
+
+def _auto_indent(before: str, language: str, step: str) -> str:
+    """What an editor's Enter indents the new line with (VS Code's indentation rules for these
+    languages): the line's own indentation, one step more after a line that opens a block, one
+    less in Python after a statement that ends one."""
+    line = before[before.rfind("\n") + 1 :]
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    code = line.strip()
+    if code.endswith(("{", "(", "[") if language != "python" else (":", "(", "[", "{")):
+        return indent + step
+    if language == "python" and re.match(r"(return|raise|pass|break|continue)\b", code) and indent.endswith(step):
+        return indent[: -len(step)]
+    return indent
 
 
 def _burst(real: str) -> str:
