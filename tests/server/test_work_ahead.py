@@ -71,6 +71,15 @@ def _line_end_spot(name: str, before: str) -> tuple[str, str, int]:
     return uri, text[:cut] + text[line_end:], cut
 
 
+def _cut_every_cold_prompt(service: LookaheadService, settings: dict[str, object] | None = None) -> None:
+    """Cold prompts cut where what the cache lacks would take longer than 64 tokens do on this
+    machine: every cold prompt is, to the shortest length (with `settings` besides)."""
+    _complete(service, "file:///timing.py", "x = 1\n" * 40, 240)  # a prompt pass is timed
+    token_ms = _ahead(service)["prompt_token_ms"]
+    assert token_ms is not None
+    service.configure({"coldPromptMs": 64 * token_ms, **(settings or {})})
+
+
 def _complete(service: LookaheadService, uri: str, text: str, offset: int) -> Answer:
     answer = service.complete(uri, None, text, offset, "python", invoked=True).result(timeout=WAIT_S)
     assert answer is not None
@@ -296,12 +305,7 @@ def test_a_cold_prompt_is_cut_short_and_the_whole_one_evaluated_while_idle(servi
     """A file opened far from its start: the first suggestion comes from a short prompt (the
     text just before the cursor), the whole prompt is evaluated while the model is idle, and
     the next key is answered from it, only the typed end evaluated."""
-    _complete(service, "file:///timing.py", "x = 1\n" * 40, 240)  # a prompt pass is timed
-    token_ms = _ahead(service)["prompt_token_ms"]
-    assert token_ms is not None
-    # Cut where what the cache lacks would take longer than 64 tokens do here: every cold
-    # prompt is, to the shortest length.
-    service.configure({"coldPromptMs": 64 * token_ms})
+    _cut_every_cold_prompt(service)
     try:
         uri, text, offset = _spot("pprint.py", "    def _format(self, object, stream, indent, allowance, context, level):")
         service.open_document(uri, None, text)
@@ -333,10 +337,7 @@ def test_a_suggestion_from_a_short_prompt_gets_its_next_places_before_the_whole_
     accepted text, the line after Enter) are prepared before the whole prompt is evaluated,
     which would have replaced them: the next key needs them first."""
     service = new_session
-    _complete(service, "file:///timing.py", "x = 1\n" * 40, 240)  # a prompt pass is timed
-    token_ms = _ahead(service)["prompt_token_ms"]
-    assert token_ms is not None
-    service.configure({"coldPromptMs": 64 * token_ms, "multiline": "never"})
+    _cut_every_cold_prompt(service, {"multiline": "never"})
     checked = 0
     for name, before in SPOTS:
         uri, text, cut = _line_end_spot(name, before)
