@@ -1,6 +1,7 @@
 """One writer of a session's state: what the model's worker computes reaches the counters, the
-suggestion cache and the last completion through the service alone, and never from the
-worker's thread (the real model, a request, an accept, work done ahead)."""
+suggestion cache, the last completion and the counts of where the user went next through the
+service alone (and its planner, under its lock), and never from the worker's thread (the real
+model, a request, an accept, work done ahead)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lookahead_lsp.service.next_places import PlaceCount
 from lookahead_lsp.service.service import LookaheadService
 from lookahead_lsp.service.status import AheadCounters, Counters
 from lookahead_lsp.service.suggestions import SuggestionCache
@@ -20,8 +22,9 @@ from support.waiting import wait_until
 
 CACHE = Path(tempfile.gettempdir()) / "lookahead-lsp-test-cache"  # as the other service tests
 WAIT_S = 300.0
-# The modules that may change the state: the service, and the counters' own methods.
-OWNERS = {"lookahead_lsp.service.service", "lookahead_lsp.service.status"}
+# The modules that may change the state: the service, its planner of work ahead (called under
+# its lock), and the counters' own methods.
+OWNERS = {"lookahead_lsp.service.service", "lookahead_lsp.service.work_ahead", "lookahead_lsp.service.status"}
 
 
 class _Writes:
@@ -85,6 +88,9 @@ def test_what_the_model_computes_reaches_the_sessions_state_through_the_service_
         assert service.status()["model_state"] == "ready"
         service.counters = _watched(writes, Counters)(**dataclasses.asdict(service.counters))
         service.ahead = _watched(writes, AheadCounters)(**dataclasses.asdict(service.ahead))
+        counts = service._planner.counts
+        counts.accept = _watched(writes, PlaceCount)(**dataclasses.asdict(counts.accept))
+        counts.enter = _watched(writes, PlaceCount)(**dataclasses.asdict(counts.enter))
         suggestions = _WatchedSuggestions()
         suggestions.writes = writes
         service.suggestions = suggestions
@@ -114,3 +120,4 @@ def test_what_the_model_computes_reaches_the_sessions_state_through_the_service_
     assert modules <= OWNERS, f"state written from {sorted(modules - OWNERS)}"
     # The test saw the writes it is about: the model's answers applied off the worker.
     assert any(thread.startswith("lookahead-session") for thread in threads), sorted(writes.seen)
+    assert any(module == "lookahead_lsp.service.work_ahead" for module in modules), "no accept was counted"
