@@ -43,9 +43,13 @@ class Daemon:
     def client(self) -> tuple[socket.socket, Peer]:
         """A connected client that presented the token; initialize answered."""
         sock = self.connect()
-        peer = Peer.over_socket(sock)
-        peer.send(initialize(1, {"token": self.token}))
-        assert "capabilities" in peer.response(1)["result"]
+        try:
+            peer = Peer.over_socket(sock)
+            peer.send(initialize(1, {"token": self.token}))
+            assert "capabilities" in peer.response(1)["result"]
+        except BaseException:
+            sock.close()
+            raise
         return sock, peer
 
     def refusals(self) -> int:
@@ -190,6 +194,8 @@ def test_beyond_max_sessions_a_client_is_refused(daemon: Daemon) -> None:
     finally:
         for sock, _ in clients:
             sock.close()
+    # A slot is free once the daemon has read the end of a connection, not when the client closes it.
+    wait_for_line(daemon.log, r"disconnected \(0 clients\)", daemon.process)
     daemon.assert_serving()
 
 
