@@ -1,11 +1,13 @@
 """What retrieval (workspace/retrieval.py) costs on a large folder: filling the symbol table
 from every file the index would hold, its memory, and the time one request's context takes,
-on a new line (nothing cached) and at the following keys of that line.
+on a new line (nothing cached) and at the following keys of that line, and how often the chunks
+change as the user writes on, line after line (each change evaluates the whole prompt again).
 
 The folder: --folder, default /usr/include (C and C++ headers; ~130 MB here), listed as the
 index lists a folder (workspace/files.list_source_files: .gitignore, generated and oversized
 files left out). Requests: --requests cursors drawn with --seed, each at a line start in the
-middle 60 % of a file of the folder, the file's text before it as the prefix.
+middle 60 % of a file of the folder, the file's text before it as the prefix; after each, the
+file's next _TYPED_LINES lines typed one by one, asked at each line's start.
 
     .venv/bin/python bench/retrieval_bench.py [--folder DIR] [--requests 400] [--seed 1] [--json OUT]
 """
@@ -26,6 +28,8 @@ import numpy as np
 
 from lookahead_lsp.workspace.files import list_source_files
 from lookahead_lsp.workspace.retrieval import FolderRetrieval
+
+_TYPED_LINES = 12
 
 
 def _rss_mb() -> float:
@@ -58,6 +62,7 @@ def main() -> None:
     rss_after = _rss_mb()
     rng = random.Random(args.seed)
     first, next_line, same_line, chunks = [], [], [], []
+    changed = new_lines = 0
     for _ in range(args.requests):
         path = rng.choice(files)
         lines = path.read_text(errors="replace").split("\n")
@@ -78,11 +83,18 @@ def main() -> None:
             again = retrieval.retrieve(path, prefix + typed)
             same_line.append((time.perf_counter() - started) * 1e3)
             assert again == found, "the chunks changed within a line"
+        for line in lines[at + 1 : at + 1 + _TYPED_LINES]:
+            prefix += line + "\n"
+            now = retrieval.retrieve(path, prefix)
+            changed += now != found
+            new_lines += 1
+            found = now
     report = {
         "folder": str(root), "files": len(files), "mb": round(megabytes, 1), "listing_s": round(listed_s, 2),
         "fill_s": round(filled_s, 2), "table_rss_mb": round(rss_after - rss_before, 1),
         "first_in_file_ms": _percentiles(first), "next_line_ms": _percentiles(next_line), "same_line_ms": _percentiles(same_line),
         "chunks_mean": round(sum(chunks) / len(chunks), 2), "requests": len(first),
+        "changed_on_new_lines_pct": round(100 * changed / max(1, new_lines), 1), "new_lines": new_lines,
     }  # fmt: skip
     print(json.dumps(report, indent=1))
     if args.json:

@@ -22,7 +22,11 @@ burst (60 ms apart, nothing asked: keys faster than an editor's debounce, or a c
 only when invoked), rests --rest-s seconds and then asks. The report gives each flow apart: the
 first suggestion after a rest in a file (`first`), a key typed (`key`), Tab (`accept`), a word
 accepted (`word`), Enter right after Tab (`enter`), the suggestion after the rest that follows
-an edit (`rest`); "every request" is keys, accepts and Enters.
+an edit (`rest`); "every request" is keys, accepts and Enters. A request's latency is the
+completion request's alone (the status requests the benchmark sends around it are not timed).
+Beside them: the suggestions accepted and their characters (`accepts`, `accepted_chars`), and
+for lookahead-lsp the prompts of the model's answers (`prompts`: tokens, tokens evaluated, how
+many carried chunks of each reason).
 
 --editor says which editor's client lookahead-lsp gets: `vscode` (the extension: incremental
 changes, `lookahead/cursor` after a rest, inline completion requests), `neovim` (incremental
@@ -40,6 +44,15 @@ cursor, n_predict --max-tokens, stopped at the line's end. llama-server runs as 
 baseline: `-t 2 -c 4096 --cache-reuse 256 -np 1`, from the llama.cpp that llama-cpp-python
 vendors (--llama-server PATH).
 
+Each visited file is edited inside a workspace folder, as in an editor: the files of its
+language beside it in the corpus (its folder, not below) are copied into a folder of their own,
+the visited file cut at its cursor (what the user saved before typing on), and lookahead-lsp
+indexes every such folder before the session starts, so its prompts carry the folder's
+definitions and similar code (`contextSources`) as they would for a user. --context-sources
+runs lookahead-lsp's session once per value given (a comma list of sources, or `none`), each
+with a daemon and cache of its own, in the order given: the price and the use of each source in
+one run (the `accepted` counts and characters are what the user took).
+
 lookahead-lsp is started as editors start it (`serve` over stdio, relayed to the user's shared
 daemon), with `debounceMs` 0, `multiline` never and `maxTokens` --max-tokens; --idle-windows
 other windows connect to the same daemon first, each with a file open, and stay idle (the
@@ -49,7 +62,7 @@ whole run, both systems; --work-ahead off measures what the idle-time work saves
 
     .venv/bin/python bench/session_bench.py --llama-server PATH [--languages python,javascript]
         [--files 4] [--keys 24] [--editor vscode|neovim|whole-document] [--load none|busy-core]
-        [--work-ahead on|off] [--idle-windows N]
+        [--work-ahead on|off] [--idle-windows N] [--context-sources SOURCES ...]
         [--cold-prompt-ms MS|off] [--json FILE]
 """
 
@@ -57,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import random
 import re
@@ -81,6 +95,9 @@ from support.daemon import Daemon, end_of, items_of, plain
 from lookahead_lsp.models.resolve import resolve_model_path
 
 PORT = 8391
+# Files copied into a visited file's workspace folder, at most (a corpus folder may hold
+# hundreds).
+_FOLDER_FILES = 400
 PROMPT_LINES = 256  # llama.vscode's n_prefix
 
 
@@ -96,6 +113,7 @@ class Latency:
 class Session:
     latencies: list[Latency] = field(default_factory=list)
     accepts: dict[str, int] = field(default_factory=lambda: {"whole": 0, "word": 0})
+    accepted_chars: dict[str, int] = field(default_factory=lambda: {"whole": 0, "word": 0})
 
 # The kinds of request, in the report's order.
 FLOWS = ("first", "key", "accept", "word", "enter", "rest")
@@ -113,8 +131,9 @@ class Editor(Protocol):
         """`inserted` typed at the end of text, over its last `removed` characters."""
         ...
 
-    async def suggest(self, uri: str, text: str) -> tuple[str, str]:
-        """The suggestion at the end of text, and where it came from."""
+    async def suggest(self, uri: str, text: str) -> tuple[str, str, float]:
+        """The suggestion at the end of text, where it came from, and how long the user waited
+        for it (ms)."""
         ...
 
     async def close(self) -> None: ...
@@ -129,6 +148,9 @@ class LookaheadEditor:
         self.daemon = daemon
         self.editor = editor
         self.versions: dict[str, int] = {}
+        # Of each answer the model gave: its prompt's tokens, those evaluated (not in the KV
+        # cache) and the reasons its other files' chunks were chosen for.
+        self.prompts: list[tuple[int, int, tuple[str, ...]]] = []
 
     async def visit(self, uri: str, language: str, text: str) -> None:
         if uri not in self.versions:
@@ -155,11 +177,18 @@ class LookaheadEditor:
             change = types.TextDocumentContentChangePartial(range=types.Range(end_of(kept), end_of(text)), text=inserted)
         self.daemon.client.text_document_did_change(types.DidChangeTextDocumentParams(document, [change]))
 
-    async def suggest(self, uri: str, text: str) -> tuple[str, str]:
-        cached = (await self.daemon.status()).completions.from_cache
+    async def suggest(self, uri: str, text: str) -> tuple[str, str, float]:
+        cached = plain(await self.daemon.status())["completions"]["from_cache"]
+        # The status requests around it are the benchmark's, not the editor's: not timed.
+        start = time.perf_counter()
         shown = await (self._inline(uri, text) if self.editor == "vscode" else self._menu(uri, text))
-        status = await self.daemon.status()
-        return shown, "cache" if status.completions.from_cache != cached else "model"
+        ms = (time.perf_counter() - start) * 1000
+        status = plain(await self.daemon.status())
+        source = "cache" if status["completions"]["from_cache"] != cached else "model"
+        last = status["last"]
+        if source == "model" and last is not None:
+            self.prompts.append((last["prompt_tokens"], last["prompt_evaluated"], tuple(c["why"] for c in last["context"])))
+        return shown, source, ms
 
     async def _inline(self, uri: str, text: str) -> str:
         answer, _ = await self.daemon.complete(uri, end_of(text))
@@ -230,7 +259,8 @@ class LlamaVscodeEditor:
         self.cache[text] = content
         return content
 
-    async def suggest(self, uri: str, text: str) -> tuple[str, str]:
+    async def suggest(self, uri: str, text: str) -> tuple[str, str, float]:
+        start = time.perf_counter()
         hit = self._cached(text)
         if hit is not None:
             shown, source = hit, "cache"
@@ -240,7 +270,7 @@ class LlamaVscodeEditor:
             spec = asyncio.ensure_future(self._speculate(text + shown))
             self.pending.add(spec)
             spec.add_done_callback(self.pending.discard)
-        return shown, source
+        return shown, source, (time.perf_counter() - start) * 1000
 
     async def _speculate(self, text: str) -> None:
         if self._cached(text) is None:
@@ -284,15 +314,14 @@ async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: fl
     session = Session()
     texts: dict[str, str] = {}
     for task in visits:
-        uri = f"file:///session/{task.language}/{task.path.parent.name}/{task.path.name}"
+        uri = task.path.as_uri()
         text = texts.get(uri, task.text[: task.cursor])
         done = len(text) - task.cursor  # characters typed in an earlier visit
         await editor.visit(uri, task.language, text)
         await editor.rest(uri, text)
         await asyncio.sleep(rest_s)
-        start = time.perf_counter()
-        shown, source = await editor.suggest(uri, text)
-        session.latencies.append(Latency("first", (time.perf_counter() - start) * 1000, source, task.language))
+        shown, source, ms = await editor.suggest(uri, text)
+        session.latencies.append(Latency("first", ms, source, task.language))
         real = task.text[task.cursor + done :]
         step = _indent_step(task.text)
         typed = 0
@@ -332,9 +361,8 @@ async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: fl
                 typed += len(burst)
                 await editor.rest(uri, text)
                 await asyncio.sleep(rest_s)
-                start = time.perf_counter()
-                shown, source = await editor.suggest(uri, text)
-                session.latencies.append(Latency("rest", (time.perf_counter() - start) * 1000, source, task.language))
+                shown, source, ms = await editor.suggest(uri, text)
+                session.latencies.append(Latency("rest", ms, source, task.language))
                 after_accept = False
                 continue
             else:
@@ -362,12 +390,12 @@ async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: fl
                         misindented = (auto, indent)
                 if kind in ("accept", "word"):
                     session.accepts["whole" if kind == "accept" else kind] += 1
+                    session.accepted_chars["whole" if kind == "accept" else kind] += len(inserted)
             after_accept = kind == "accept"
             await editor.edit(uri, text, inserted, removed)
             text = text[: len(text) - removed] + inserted
-            start = time.perf_counter()
-            shown, source = await editor.suggest(uri, text)
-            session.latencies.append(Latency(kind, (time.perf_counter() - start) * 1000, source, task.language))
+            shown, source, ms = await editor.suggest(uri, text)
+            session.latencies.append(Latency(kind, ms, source, task.language))
         texts[uri] = text
     return session
 
@@ -433,7 +461,7 @@ def _stats(values: list[float]) -> dict[str, float | int]:
 
 
 def report(session: Session, languages: list[str]) -> dict[str, object]:
-    out: dict[str, object] = {"accepts": session.accepts}
+    out: dict[str, object] = {"accepts": session.accepts, "accepted_chars": session.accepted_chars}
     for scope in ["all", *languages]:
         picked = [x for x in session.latencies if scope in ("all", x.language)]
         per_kind: dict[str, object] = {kind: _stats([x.ms for x in picked if x.kind == kind]) for kind in FLOWS}
@@ -445,30 +473,47 @@ def report(session: Session, languages: list[str]) -> dict[str, object]:
     return out
 
 
+def workspace_folders(visits: list[Task], work: Path) -> tuple[list[Task], list[Path]]:
+    """The visits moved into workspace folders under work (module docstring): each visited
+    file's language neighbours copied beside it, the file itself cut at its cursor. Returns the
+    visits with their new paths, and the folders."""
+    folders: dict[Path, Path] = {}
+    moved: dict[Path, Path] = {}
+    for task in visits:
+        source = task.path.parent
+        if source not in folders:
+            folder = work / "folders" / f"{task.language}-{len(folders)}-{source.name}"
+            folder.mkdir(parents=True)
+            language = LANGUAGES[task.language]
+            for path in sorted(p for p in source.iterdir() if p.is_file() and language.matches(p))[:_FOLDER_FILES]:
+                (folder / path.name).write_bytes(path.read_bytes())
+            folders[source] = folder
+        if task.path not in moved:
+            moved[task.path] = folders[source] / task.path.name
+            moved[task.path].write_text(task.text[: task.cursor])
+    return [dataclasses.replace(task, path=moved[task.path]) for task in visits], list(folders.values())
+
+
+def _sources_label(sources: tuple[str, ...] | None) -> str:
+    if sources is None:
+        return "lookahead-lsp"
+    return f"lookahead-lsp (contextSources {','.join(sources) or 'none'})"
+
+
 async def run(args: argparse.Namespace, visits: list[Task], work: Path) -> dict[str, object]:
     model = resolve_model_path(None, str(args.model) if args.model else None, asker="cli")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.load == "busy-core" else None
     results: dict[str, object] = {}
-    others: list[Daemon] = []
+    visits, folders = workspace_folders(visits, work)
     try:
         settings: dict[str, object] = {"debounceMs": 0, "maxTokens": args.max_tokens, "multiline": "never"}
         settings |= {"modelPath": str(model), "workAhead": args.work_ahead == "on", "coldPromptMs": args.cold_prompt_ms}
-        # Other editor windows of the same user, open on a file of their own and idle.
-        for n in range(args.idle_windows):
-            other = Daemon(f"session-bench-idle-{n}", shared=True)
-            await other.start([], work / "cache", settings)
-            task = visits[-1 - n]
-            other.open(f"file:///idle/{n}/{task.path.name}", task.language, task.text)
-            others.append(other)
-        daemon = Daemon("session-bench", shared=True)
-        await daemon.start([], work / "cache", settings)
-        editor = LookaheadEditor(daemon, args.editor)
-        session = await type_session(editor, visits, args.keys, args.rest_s, args.read_ms, args.seed)
-        status = plain(await daemon.status())
-        await editor.close()
-        results["lookahead-lsp"] = {**report(session, args.languages), "ahead": status["ahead"], "shared": status["shared"]}
-        for other in others:
-            await other.stop()
+        for n, sources in enumerate(args.context_sources or [None]):
+            chosen = settings if sources is None else {**settings, "contextSources": list(sources)}
+            # A daemon and cache of its own per value: no saved state or index carries over.
+            label = _sources_label(sources)
+            label += f" run {n + 1}" if label in results else ""
+            results[label] = await _lookahead_session(args, visits, folders, work / f"cache-{n}", chosen)
         if args.llama_server:
             server = start_llama_server(args.llama_server, model)
             try:
@@ -484,6 +529,45 @@ async def run(args: argparse.Namespace, visits: list[Task], work: Path) -> dict[
             busy.kill()
             busy.wait()
     return results
+
+
+async def _lookahead_session(
+    args: argparse.Namespace, visits: list[Task], folders: list[Path], cache: Path, settings: dict[str, object]
+) -> dict[str, object]:
+    others: list[Daemon] = []
+    # Other editor windows of the same user, open on a file of their own and idle.
+    for n in range(args.idle_windows):
+        other = Daemon(f"session-bench-idle-{n}", shared=True)
+        await other.start([], cache, settings)
+        task = visits[-1 - n]
+        other.open(f"file:///idle/{n}/{task.path.name}", task.language, task.text)
+        others.append(other)
+    daemon = Daemon("session-bench", shared=True)
+    await daemon.start(folders, cache, settings)
+    editor = LookaheadEditor(daemon, args.editor)
+    session = await type_session(editor, visits, args.keys, args.rest_s, args.read_ms, args.seed)
+    status = plain(await daemon.status())
+    await editor.close()
+    for other in others:
+        await other.stop()
+    return {**report(session, args.languages), "prompts": _prompts(editor.prompts), "ahead": status["ahead"], "shared": status["shared"]}
+
+
+def _prompts(prompts: list[tuple[int, int, tuple[str, ...]]]) -> dict[str, object]:
+    """The prompts of the model's answers: tokens and tokens evaluated, p50 / p95 / mean, and
+    how many carried a chunk for each reason."""
+
+    def summary(values: list[int]) -> dict[str, float]:
+        ordered = sorted(values) or [0]
+        return {"p50": statistics.median(ordered), "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], "mean": round(statistics.fmean(ordered), 1)}
+
+    reasons = sorted({why for _, _, whys in prompts for why in whys})
+    return {
+        "n": len(prompts),
+        "tokens": summary([tokens for tokens, _, _ in prompts]),
+        "evaluated": summary([evaluated for _, evaluated, _ in prompts]),
+        "with_chunks": {why: sum(why in whys for _, _, whys in prompts) for why in reasons},
+    }
 
 
 def main() -> int:
@@ -502,6 +586,10 @@ def main() -> int:
         help="lookahead-lsp's coldPromptMs setting (off: prompts are never cut)",
     )
     parser.add_argument("--idle-windows", type=int, default=0, help="other editor windows on the daemon, idle")
+    parser.add_argument(
+        "--context-sources", action="append", type=lambda s: () if s == "none" else tuple(s.split(",")),
+        help="lookahead-lsp's contextSources (a comma list, or none); repeat to run a session per value",
+    )
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--model", type=Path)
     parser.add_argument("--llama-server", type=Path)
@@ -510,7 +598,8 @@ def main() -> int:
     per_language = {name: pick_tasks(LANGUAGES[name], corpus_root(name), args.files, args.seed) for name in args.languages}
     visits = [task for i in range(args.files) for tasks in per_language.values() for task in tasks[i : i + 1]]
     visits.append(visits[0])  # a jump back to the first file
-    with tempfile.TemporaryDirectory(prefix="session-bench-") as work:
+    # The shared daemons stay a while after the session (IDLE_EXIT_S) and may still write there.
+    with tempfile.TemporaryDirectory(prefix="session-bench-", ignore_cleanup_errors=True) as work:
         results = asyncio.run(run(args, visits, Path(work)))
     write_report({"arguments": {k: str(v) for k, v in vars(args).items()}, "visits": len(visits), **results}, args.json)
     return 0

@@ -34,10 +34,12 @@ def load_settings(path, strict=False):
 def unrelated():
     return 0
 '''
+# Six lines: the next is the first of the file's second block of lines, whose query they are.
 MAIN = '''from helpers import load_settings
 
 
 def run(path):
+    """Runs with the settings at path."""
     settings = load_settings(path, strict=True)
 '''
 SECRET_NAME = "load_settings"
@@ -110,6 +112,29 @@ def test_the_chunks_are_the_same_at_every_key_of_a_line(started: WorkspaceFolder
     line = "    value = load_settings(path).get('name')"
     seen = {started.retrieval.retrieve(project / "main.py", MAIN + line[:n]) for n in range(len(line) + 1)}
     assert len(seen) == 1 and next(iter(seen))
+
+
+def test_the_chunks_change_once_a_block_of_lines_as_the_user_writes_on(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    """Each change of the chunks evaluates the whole prompt again: chosen with the lines above
+    the cursor's block of six lines, they are the same on every line of a block."""
+    root = tmp_path / "blocks"
+    root.mkdir()
+    # Two kinds of code, twelve lines each: a window of one is like the lines about it.
+    colours = "".join(f"red_{i} = mix(red, hue_{i}, shade)\n" for i in range(12))
+    sounds = "".join(f"pitch_{i} = tone(pitch, beat_{i}, tempo)\n" for i in range(12))
+    (root / "palette.py").write_text(colours + sounds)
+    head = "import palette\n" + "".join(f"red_{i} = mix(red, hue_{i}, shade)\n" for i in range(5))
+    lines = [f"pitch_{i} = tone(pitch, beat_{i}, tempo)\n" for i in range(7)]
+    (root / "song.py").write_text(head)
+    folder = _folder(tokenizer, root, tmp_path / "cache")
+    try:
+        # The cursor on lines 6 to 12 of song.py, the lines above it typed.
+        chosen = [folder.retrieval.retrieve(root / "song.py", head + "".join(lines[:n])) for n in range(7)]
+    finally:
+        folder.stop(save=False)
+    assert chosen[0] and all(found == chosen[0] for found in chosen[:6])
+    assert "red_" in _texts(chosen[0], SIMILAR)[0]
+    assert chosen[6] != chosen[0] and "pitch_" in _texts(chosen[6], SIMILAR)[0]
 
 
 def test_another_folder_ignored_and_oversized_files_are_never_read(tokenizer: Tokenizer, tmp_path: Path) -> None:

@@ -11,9 +11,10 @@ request is for.
 The symbol table (symbols.py) maps each defined name to the files that define it and is kept
 current file by file (update / remove, from the index's changes); a file's lines and the
 identifiers of its windows are read when a request needs them and kept for a few files. The
-query is the text above the cursor's line (the current function, the file's imports), never the
-line being typed, so the chosen chunks stay the same from keystroke to keystroke within a line
-and the prompt (whose chunks come first) keeps its KV state.
+query is the text above the cursor's block of _QUERY_BLOCK lines (the current function, the
+file's imports; in a file's first block the lines above the cursor's), never the lines being typed, so the chosen chunks stay the same from keystroke
+to keystroke and from line to line within a block, and the prompt (whose chunks come first)
+keeps its KV state: each change of the chunks evaluates the whole prompt again.
 
 Order: definitions of the names used nearest the cursor first (in files the current file
 imports, then nearest in the tree), then windows of those files and of the imported ones ranked
@@ -41,7 +42,11 @@ SOURCES = (DEFINITIONS, SIMILAR)
 # Linear patterns (one class, then an optional literal and one class): Python's `re` is safe here.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ATTRIBUTE_OR_NAME = re.compile(r"(\.|->|::)?([A-Za-z_][A-Za-z0-9_]*)")
-# The names looked up: those of this many lines above the cursor's, nearest first.
+# The query is the text above the cursor's block of this many lines: the chunks change at most
+# once a block as the user writes on (a query up to the cursor's line changed them on many new
+# lines), at the price of the names used in the block's own lines above the cursor.
+_QUERY_BLOCK = 6
+# The names looked up: those of this many lines above, nearest first.
 _QUERY_LINES = 40
 # A file's imports are looked for in its first lines only (a request must not scan the file).
 _HEAD_LINES = 200
@@ -196,9 +201,9 @@ class FolderRetrieval:
     def retrieve(self, path: Path | None, prefix: str, sources: Sequence[str] = SOURCES) -> tuple[RetrievedChunk, ...]:
         """The chunks for a request on path (None: a document of no file) whose text before the
         cursor is prefix: definitions, then similar code, as sources asks, best first. The
-        same for every prefix that differs only in the cursor's line."""
+        same for every prefix that differs only in the lines of the cursor's block."""
         path = Path(os.path.abspath(path)) if path is not None else None  # as the index keys files
-        above = prefix[: prefix.rfind("\n") + 1]
+        above = _above_block(prefix)
         start = _line_start_before(above, _QUERY_LINES)
         # The lines above the cursor's, and the file's imports (at its head): the query.
         head = _import_lines(above[: min(start, _nth_line_end(above, _HEAD_LINES))])
@@ -217,7 +222,7 @@ class FolderRetrieval:
         return chunks
 
     def _choose(self, path: Path | None, query: str, start: int, sources: Sequence[str]) -> tuple[RetrievedChunk, ...]:
-        """query: the file's import lines, then (from start) the lines above the cursor's."""
+        """query: the file's import lines, then (from start) the lines above the cursor's block."""
         language = language_of(path.suffix) if path is not None else "other"
         imported, imported_symbols = imported_names(query, language)
         with self._lock:
@@ -352,6 +357,19 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 def _stem(path: Path) -> str:
     return path.name.split(".", 1)[0]
+
+
+def _above_block(prefix: str) -> str:
+    """The text above the cursor's block of _QUERY_BLOCK lines (lines 0 to 5, 6 to 11, ... of
+    the file), the same for every cursor in the block; in the first block, where there is none,
+    the lines above the cursor's."""
+    above = prefix[: prefix.rfind("\n") + 1]
+    lines = above.count("\n")
+    if lines < _QUERY_BLOCK:
+        return above
+    for _ in range(lines % _QUERY_BLOCK):
+        above = above[: above.rfind("\n", 0, len(above) - 1) + 1]
+    return above
 
 
 def _line_start_before(text: str, lines: int) -> int:
