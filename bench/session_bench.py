@@ -389,8 +389,9 @@ async def type_session(editor: Editor, visits: list[Task], keys: int, rest_s: fl
                     if auto != indent:
                         misindented = (auto, indent)
                 if kind in ("accept", "word"):
-                    session.accepts["whole" if kind == "accept" else kind] += 1
-                    session.accepted_chars["whole" if kind == "accept" else kind] += len(inserted)
+                    accepted = "whole" if kind == "accept" else kind
+                    session.accepts[accepted] += 1
+                    session.accepted_chars[accepted] += len(inserted)
             after_accept = kind == "accept"
             await editor.edit(uri, text, inserted, removed)
             text = text[: len(text) - removed] + inserted
@@ -452,12 +453,12 @@ def _first_word(text: str) -> str:
 def _stats(values: list[float]) -> dict[str, float | int]:
     if not values:
         return {"n": 0}
+    return {"n": len(values), "p50_ms": round(statistics.median(values), 1), "p95_ms": round(_p95(values), 1)}
+
+
+def _p95(values: list[float] | list[int]) -> float:
     ordered = sorted(values)
-    return {
-        "n": len(values),
-        "p50_ms": round(statistics.median(values), 1),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
-    }
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
 
 def report(session: Session, languages: list[str]) -> dict[str, object]:
@@ -558,8 +559,8 @@ def _prompts(prompts: list[tuple[int, int, tuple[str, ...]]]) -> dict[str, objec
     how many carried a chunk for each reason."""
 
     def summary(values: list[int]) -> dict[str, float]:
-        ordered = sorted(values) or [0]
-        return {"p50": statistics.median(ordered), "p95": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], "mean": round(statistics.fmean(ordered), 1)}
+        values = values or [0]
+        return {"p50": statistics.median(values), "p95": _p95(values), "mean": round(statistics.fmean(values), 1)}
 
     reasons = sorted({why for _, _, whys in prompts for why in whys})
     return {

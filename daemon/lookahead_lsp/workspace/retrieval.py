@@ -12,9 +12,10 @@ The symbol table (symbols.py) maps each defined name to the files that define it
 current file by file (update / remove, from the index's changes); a file's lines and the
 identifiers of its windows are read when a request needs them and kept for a few files. The
 query is the text above the cursor's block of _QUERY_BLOCK lines (the current function, the
-file's imports; in a file's first block the lines above the cursor's), never the lines being typed, so the chosen chunks stay the same from keystroke
-to keystroke and from line to line within a block, and the prompt (whose chunks come first)
-keeps its KV state: each change of the chunks evaluates the whole prompt again.
+file's imports; in a file's first block the lines above the cursor's), never the lines being
+typed, so the chosen chunks stay the same from keystroke to keystroke and from line to line
+within a block, and the prompt (whose chunks come first) keeps its KV state: each change of the
+chunks evaluates the whole prompt again.
 
 Order: definitions of the names used nearest the cursor first (in files the current file
 imports, then nearest in the tree), then windows of those files and of the imported ones ranked
@@ -367,9 +368,10 @@ def _above_block(prefix: str) -> str:
     lines = above.count("\n")
     if lines < _QUERY_BLOCK:
         return above
+    end = len(above)
     for _ in range(lines % _QUERY_BLOCK):
-        above = above[: above.rfind("\n", 0, len(above) - 1) + 1]
-    return above
+        end = above.rfind("\n", 0, end - 1) + 1
+    return above[:end]
 
 
 def _line_start_before(text: str, lines: int) -> int:
