@@ -25,13 +25,12 @@ overlaps a definition already chosen."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import re
 
 from lookahead_lsp.workspace.files import DEFAULT_MAX_BYTES, Unindexable, read_source
 from lookahead_lsp.workspace.symbols import Definition, definitions, imported_names, language_of
@@ -40,8 +39,7 @@ DEFINITIONS = "definitions"
 SIMILAR = "similar"
 SOURCES = (DEFINITIONS, SIMILAR)
 
-# Linear patterns (one class, then an optional literal and one class): Python's `re` is safe here.
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A linear pattern (an optional literal, then one class and another): Python's `re` is safe here.
 _ATTRIBUTE_OR_NAME = re.compile(r"(\.|->|::)?([A-Za-z_][A-Za-z0-9_]*)")
 # The query is the text above the cursor's block of this many lines: the chunks change at most
 # once a block as the user writes on (a query up to the cursor's line changed them on many new
@@ -61,9 +59,9 @@ _MAX_SIMILAR = 3
 # Files an imported name may resolve to, and files searched for similar code.
 _PER_STEM = 2
 _SIMILAR_FILES = 4
-# Larger files give definitions but are not searched for similar code (their windows would
-# cost a request too much the first time).
-_SIMILAR_MAX_BYTES = 256 * 1024
+# Larger files give definitions but are not searched for similar code: their windows, made
+# the first time a request meets them, are most of the slowest requests' time.
+_SIMILAR_MAX_BYTES = 64 * 1024
 # Files whose lines and windows are kept between requests.
 _CACHED_FILES = 32
 # Results kept per document: the last query's answer, reused while the text above the line is
@@ -71,6 +69,10 @@ _CACHED_FILES = 32
 _CACHED_ANSWERS = 64
 # A name defined in more files than this says little about which one is meant.
 _MAX_DEFINERS = 8
+# Identifiers are what is left of text once every byte but ASCII letters, digits, `_` and the
+# newline is a space, less the words that start with a digit: bytes.translate runs in C, where a
+# regex's findall per block of lines took most of a request's time on a file seen first.
+_WORD_BYTES = bytes(c if c < 128 and (chr(c).isalnum() or c in b"_\n") else 32 for c in range(256))
 # Keywords and the builtins of the languages retrieval knows: names no file of a folder is the
 # definition of that matters.
 _COMMON = frozenset(
@@ -271,7 +273,7 @@ class FolderRetrieval:
         return tuple(chunk for source in sources for chunk in chunks.get(source, ()))
 
     def _similar(self, candidates: list[Path], above: str, chosen: list[RetrievedChunk]) -> list[RetrievedChunk]:
-        query = set(_IDENTIFIER.findall(above[_line_start_before(above, _SIMILAR_QUERY_LINES) :])) - _COMMON
+        query = _identifiers(above[_line_start_before(above, _SIMILAR_QUERY_LINES) :])
         if not query:
             return []
         scored: list[tuple[float, str, int, Path]] = []
@@ -335,9 +337,12 @@ class FolderRetrieval:
                 return kept
         if lines.stamp[1] > _SIMILAR_MAX_BYTES:
             return None
+        words = _words("\n".join(lines.lines)).split("\n")
+        # Numbers stay among a block's words (leaving them out took a third of the time): the
+        # query has none, so they only count in a window's size.
         blocks = tuple(
-            frozenset(_IDENTIFIER.findall("\n".join(lines.lines[start : start + _WINDOW_STEP]))) - _COMMON
-            for start in range(0, len(lines.lines), _WINDOW_STEP)
+            frozenset(" ".join(words[start : start + _WINDOW_STEP]).split()) - _COMMON
+            for start in range(0, len(words), _WINDOW_STEP)
         ) + (frozenset(),)
         count = len(range(0, max(1, len(lines.lines) - _WINDOW_STEP), _WINDOW_STEP))
         windows = _FileWindows(lines.stamp, blocks, tuple(len(blocks[w] | blocks[w + 1]) for w in range(count)))
@@ -346,6 +351,16 @@ class FolderRetrieval:
             while len(self._windows) > _CACHED_FILES:
                 self._windows.popitem(last=False)
         return windows
+
+
+def _words(text: str) -> str:
+    """text with every character that is not part of an identifier a space (newlines kept)."""
+    return text.encode("utf-8", "surrogatepass").translate(_WORD_BYTES).decode("ascii")
+
+
+def _identifiers(text: str) -> frozenset[str]:
+    """The identifiers of text that are not keywords or builtins."""
+    return frozenset(word for word in _words(text).split() if not word[0].isdigit()) - _COMMON
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
