@@ -418,6 +418,28 @@ def test_long_prompt_is_cut_from_the_far_end(engine: Engine) -> None:
     assert result.text.startswith("value_")
 
 
+def test_context_from_other_files_takes_the_far_end_of_a_long_prefix(engine: Engine) -> None:
+    """A definition from another file makes the prompt no longer than the prefix's budget: the
+    file's farthest lines make room for it, the lines near the cursor stay; a short file keeps
+    all of its text."""
+    chunk = ContextChunk("lib.py", "def compute(x):\n    return x * 2\n", (0, 2), "definitions")
+    windows = PromptWindows(prefix_tokens=400)
+    lines = [f"value_{i} = compute({i})\n" for i in range(400)]
+    # The longest prefix that fits the budget alone.
+    fits = max(n for n in range(1, len(lines)) if len(engine.tokenizer.tokenize("".join(lines[:n]))) <= 400 - 5)
+    for prefix, cut in (("".join(lines[:fits]), True), (lines[0], False)):
+        alone = engine.prompts.build(CompletionRequest(prefix, "", "big.py"), windows, 4000)
+        with_chunk = engine.prompts.build(CompletionRequest(prefix, "", "big.py", (chunk,)), windows, 4000)
+        text = engine.tokenizer.detokenize(with_chunk.tokens).decode()
+        assert "def compute(x):" in text and text.endswith(prefix[-30:])
+        taken = with_chunk.chunks[0][1]
+        if cut:
+            assert len(with_chunk.tokens) <= 1 + windows.prefix_tokens
+            assert "value_0 =" in engine.tokenizer.detokenize(alone.tokens).decode() and "value_0 =" not in text
+        else:
+            assert len(with_chunk.tokens) == len(alone.tokens) + taken
+
+
 def test_empty_document(engine: Engine) -> None:
     result = engine.complete(CompletionRequest("", "", "empty.py"), DecodeOptions(max_tokens=8))
     assert result.stats.prompt_tokens == 1  # the BOS token alone

@@ -147,36 +147,49 @@ class PromptBuilder:
         prefix_start: int | None = None,
         locate: bool = False,
     ) -> Prompt:
-        """A prompt of at most max_tokens tokens; the farthest text goes first when it must be
-        shortened: extra chunks, then the far end of the prefix, then the suffix. heal: the
-        prefix's last token is left out (see healing.py). prefix_start: the prefix's part starts
-        there if all of it from there fits (a short prompt kept where its KV state starts), else
-        where the grid puts it. locate: where tokens were cut from the front of the prefix's
-        part, find the character they start at (a tokenization more: short prompts only)."""
+        """A prompt of at most max_tokens tokens: the extra chunks and the prefix share the
+        prefix's budget (the chunks, within their own, take the prefix's far end), and the
+        suffix is cut where max_tokens leaves no room for all. heal: the prefix's last token is
+        left out (see healing.py). prefix_start: the prefix's part starts there if all of it
+        from there fits (a short prompt kept where its KV state starts), else where the grid
+        puts it. locate: where tokens were cut from the front of the prefix's part, find the
+        character they start at (a tokenization more: short prompts only)."""
         fixed = (1 if self.bos is not None else 0) + (8 if self.fim else 0)
         budget = max(0, max_tokens - fixed)
-        prefix_budget = min(windows.prefix_tokens, budget)
+        # The chunks take their tokens from the prefix's budget, at its far end, up to half of
+        # it: a prompt with context from other files is no longer, so no slower to evaluate
+        # and to decode over, than one without.
+        text_budget = min(windows.prefix_tokens, budget)
+        chunks = self._chunks(request, min(windows.extra_tokens, text_budget // 2))
+        sizes = self._chunk_sizes(chunks)
+        prefix_budget = text_budget - sum(sizes)
         prefix_tokens, start = self._prefix_tokens(request.prefix, prefix_budget, prefix_start, locate)
         healed = int(prefix_tokens[-1]) if heal and len(prefix_tokens) else None
         if healed is not None:
             prefix_tokens = prefix_tokens[:-1]
         suffix_tokens = self._suffix_tokens(request.suffix, windows.suffix_tokens)
         used_suffix = suffix_tokens if self.fim else suffix_tokens[:0]
-        left = budget - len(prefix_tokens) - len(used_suffix)
+        left = budget - len(prefix_tokens) - sum(sizes) - len(used_suffix)
         if left < 0:
             used_suffix = _head(used_suffix, len(used_suffix) + left)
-            left = 0
-        chunks = self._chunks(request, min(windows.extra_tokens, left))
         if self.fim:
             tokens = self._fim_layout(request, chunks, prefix_tokens, used_suffix)
         else:
             tokens = self._plain_layout(chunks, prefix_tokens)
         sources = [prefix_tokens, suffix_tokens, *(c for _, c in chunks)]
-        used = [(chunk, taken) for chunk, taken in zip(request.extra_context, self._chunk_sizes(chunks))]
+        used = list(zip(request.extra_context, sizes))
         return Prompt(tokens, [s for s in sources if len(s)], self.fim is not None, healed, start, used)
 
     def _chunk_sizes(self, chunks: list[tuple[bytes, TokenArray]]) -> list[int]:
-        return [len(self.tokenizer.tokenize(header)) + len(body) for header, body in chunks]
+        """The tokens each chunk takes in the prompt: its header, its text and what separates
+        it from the next."""
+        between = self._between_chunks()
+        return [len(self.tokenizer.tokenize(header)) + len(body) + between for header, body in chunks]
+
+    def _between_chunks(self) -> int:
+        if self.fim is None:
+            return len(self.tokenizer.tokenize("\n\n"))
+        return 1 if self.fim.file_separator is not None else 0
 
     def _prefix_tokens(
         self, prefix: str, budget: int, start: int | None, locate: bool
@@ -212,7 +225,7 @@ class PromptBuilder:
             header = self._chunk_header(request, chunk.path)
             header_tokens = len(self.tokenizer.tokenize(header))
             body = self.tokenizer.tokenize(chunk.text)
-            room = budget - header_tokens - (1 if self.fim and self.fim.file_separator else 0)
+            room = budget - header_tokens - self._between_chunks()
             if room <= 16:
                 break
             body = _head(body, room)

@@ -108,10 +108,18 @@ class Settings:
         minimum=1,
     )
     context_size: int = _setting(4096, "Model context size in tokens.", minimum=512, maximum=131072, reloads_model=True)
-    prefix_tokens: int = _setting(1536, "Token budget for the text before the cursor.", minimum=16, maximum=32768)
+    prefix_tokens: int = _setting(
+        1536,
+        "Token budget for the text before the cursor, shared with the context from other files (`extraContextTokens`).",
+        minimum=16,
+        maximum=32768,
+    )
     suffix_tokens: int = _setting(256, "Token budget for the text after the cursor.", minimum=0, maximum=32768)
     extra_context_tokens: int = _setting(
-        512, "Token budget for context from the folder's other files (see `contextSources`).", minimum=0, maximum=32768
+        512,
+        "Most tokens of context from the folder's other files (see `contextSources`), taken from `prefixTokens` (at most half of it) at the far end of the text before the cursor.",
+        minimum=0,
+        maximum=32768,
     )
     context_sources: tuple[str, ...] = _setting(
         CONTEXT_SOURCES,
@@ -167,7 +175,7 @@ class Settings:
     )
     work_ahead: bool = _setting(
         True,
-        "Use the time the model would sit idle: decode past a shown suggestion and evaluate the prompt where the cursor rests, so that accepting, or typing where you rest, is answered at once. Any request interrupts this work within one model pass. Off: the model runs only for requests (saves battery).",
+        "Use the time the model would sit idle: decode past a shown suggestion, prepare the next line after Enter (while you press Enter after accepting a line now and then), and evaluate the prompt where the cursor rests, so that accepting, Enter, or typing where you rest, is answered at once. Any request interrupts this work within one model pass. Off: the model runs only for requests (saves battery).",
     )
     cold_prompt_ms: float | None = _setting(
         1500.0,
