@@ -93,7 +93,7 @@ class Prompt:
     # Where in the request's prefix the prompt's part of it starts (None: not at a known
     # character, its front having been cut by tokens).
     prefix_start: int | None = None
-    # The extra chunks that fit, each with the tokens it took (its header's included).
+    # The extra chunks that fit, each with the tokens it took (its header and separator included).
     chunks: list[tuple[ContextChunk, int]] = field(default_factory=list)
 
 

@@ -69,9 +69,10 @@ _CACHED_FILES = 32
 _CACHED_ANSWERS = 64
 # A name defined in more files than this says little about which one is meant.
 _MAX_DEFINERS = 8
-# Identifiers are what is left of text once every byte but ASCII letters, digits, `_` and the
-# newline is a space, less the words that start with a digit: bytes.translate runs in C, where a
-# regex's findall per block of lines took most of a request's time on a file seen first.
+# A text's words are what is left of it once every byte but ASCII letters, digits, `_` and the
+# newline is a space (its identifiers: those words that do not start with a digit):
+# bytes.translate runs in C, where a regex's findall per block of lines took most of a
+# request's time on a file seen first.
 _WORD_BYTES = bytes(c if c < 128 and (chr(c).isalnum() or c in b"_\n") else 32 for c in range(256))
 # Keywords and the builtins of the languages retrieval knows: names no file of a folder is the
 # definition of that matters.
@@ -113,7 +114,7 @@ class _FileLines:
 class _FileWindows:
     """The windows of a file searched for similar code: window w is lines [w * _WINDOW_STEP,
     + _WINDOW_LINES), blocks w and w + 1 of _WINDOW_STEP lines. Kept as each block's
-    identifiers, so that every line is read once and a query meets each block once."""
+    words, so that every line is read once and a query meets each block once."""
 
     stamp: tuple[int, int]
     blocks: tuple[frozenset[str], ...]
