@@ -137,6 +137,8 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.bos = bos
         self.fim = fim
+        # What follows each extra chunk in a prompt without FIM tokens.
+        self._plain_separator = tokenizer.tokenize("\n\n").tolist()
 
     def build(
         self,
@@ -161,15 +163,16 @@ class PromptBuilder:
         # and to decode over, than one without.
         text_budget = min(windows.prefix_tokens, budget)
         chunks = self._chunks(request, min(windows.extra_tokens, text_budget // 2))
-        sizes = self._chunk_sizes(chunks)
-        prefix_budget = text_budget - sum(sizes)
+        sizes = [len(header) + len(body) + self._between_chunks() for header, body in chunks]
+        taken = sum(sizes)
+        prefix_budget = text_budget - taken
         prefix_tokens, start = self._prefix_tokens(request.prefix, prefix_budget, prefix_start, locate)
         healed = int(prefix_tokens[-1]) if heal and len(prefix_tokens) else None
         if healed is not None:
             prefix_tokens = prefix_tokens[:-1]
         suffix_tokens = self._suffix_tokens(request.suffix, windows.suffix_tokens)
         used_suffix = suffix_tokens if self.fim else suffix_tokens[:0]
-        left = budget - len(prefix_tokens) - sum(sizes) - len(used_suffix)
+        left = budget - taken - len(prefix_tokens) - len(used_suffix)
         if left < 0:
             used_suffix = _head(used_suffix, len(used_suffix) + left)
         if self.fim:
@@ -180,15 +183,10 @@ class PromptBuilder:
         used = list(zip(request.extra_context, sizes))
         return Prompt(tokens, [s for s in sources if len(s)], self.fim is not None, healed, start, used)
 
-    def _chunk_sizes(self, chunks: list[tuple[bytes, TokenArray]]) -> list[int]:
-        """The tokens each chunk takes in the prompt: its header, its text and what separates
-        it from the next."""
-        between = self._between_chunks()
-        return [len(self.tokenizer.tokenize(header)) + len(body) + between for header, body in chunks]
-
     def _between_chunks(self) -> int:
+        """The tokens that separate one extra chunk from the next."""
         if self.fim is None:
-            return len(self.tokenizer.tokenize("\n\n"))
+            return len(self._plain_separator)
         return 1 if self.fim.file_separator is not None else 0
 
     def _prefix_tokens(
@@ -218,14 +216,13 @@ class PromptBuilder:
         end = suffix.rfind("\n", 0, window) + 1 if len(suffix) > window else len(suffix)
         return _head(self.tokenizer.tokenize(suffix[: end or window]), budget)
 
-    def _chunks(self, request: CompletionRequest, budget: int) -> list[tuple[bytes, TokenArray]]:
-        """(header text, tokens) of each extra chunk that fits, in the order given."""
-        out: list[tuple[bytes, TokenArray]] = []
+    def _chunks(self, request: CompletionRequest, budget: int) -> list[tuple[TokenArray, TokenArray]]:
+        """(header, text) tokens of each extra chunk that fits, in the order given."""
+        out: list[tuple[TokenArray, TokenArray]] = []
         for chunk in request.extra_context:
-            header = self._chunk_header(request, chunk.path)
-            header_tokens = len(self.tokenizer.tokenize(header))
+            header = self.tokenizer.tokenize(self._chunk_header(request, chunk.path))
             body = self.tokenizer.tokenize(chunk.text)
-            room = budget - header_tokens - self._between_chunks()
+            room = budget - len(header) - self._between_chunks()
             if room <= 16:
                 break
             body = _head(body, room)
@@ -238,17 +235,16 @@ class PromptBuilder:
             return f"{path}\n".encode()
         return f"{comment_marker(request.path or path)} {path}\n".encode()
 
-    def _plain_layout(self, chunks: list[tuple[bytes, TokenArray]], prefix: TokenArray) -> list[int]:
+    def _plain_layout(self, chunks: list[tuple[TokenArray, TokenArray]], prefix: TokenArray) -> list[int]:
         tokens: list[int] = [] if self.bos is None else [self.bos]
         for header, body in chunks:
-            tokens += self.tokenizer.tokenize(header).tolist() + body.tolist()
-            tokens += self.tokenizer.tokenize("\n\n").tolist()
+            tokens += header.tolist() + body.tolist() + self._plain_separator
         return tokens + [int(t) for t in prefix]
 
     def _fim_layout(
         self,
         request: CompletionRequest,
-        chunks: list[tuple[bytes, TokenArray]],
+        chunks: list[tuple[TokenArray, TokenArray]],
         prefix: TokenArray,
         suffix: TokenArray,
     ) -> list[int]:
@@ -260,7 +256,7 @@ class PromptBuilder:
         for header, body in chunks:
             if fim.file_separator is not None:
                 tokens.append(fim.file_separator)
-            tokens += self.tokenizer.tokenize(header).tolist() + body.tolist()
+            tokens += header.tolist() + body.tolist()
         if fim.file_separator is not None and (chunks or request.path):
             tokens.append(fim.file_separator)
             tokens += self.tokenizer.tokenize(f"{request.path or 'untitled'}\n").tolist()
