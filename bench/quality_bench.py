@@ -8,7 +8,10 @@ line. Half the tasks of a language are cut where the line uses a name another fi
 (as CrossCodeEval cuts), half are tasks.py's draw. A task is **cross-file** when the expected text names an identifier that
 another file of the folder defines (a top-level function, class, constant, macro, type: the
 regular expressions below) and the file itself does not define above the line (importing or
-using it there is fine), else **in-file**.
+using it there is fine), else **in-file**. Cross-file tasks whose file does not even name that
+identifier above the line are also reported as **unseen**: CrossCodeEval's kind of task (its
+static analysis marks the uses of other files' names the file cannot tell), where only context
+from other files can give the name.
 
 Variants, each on the same tasks in one run (order rotated per task, so that the KV cache
 favours none), each the daemon's own context assembly (service/context.py) with one value of
@@ -25,10 +28,19 @@ Metrics per language, class and variant: exact match of the first line, edit sim
 (1 - Levenshtein / the longer length), identifier precision / recall / F1 (the identifiers the
 expected text ends with, against the suggestion's), accepted characters (the suggestion's
 prefix that matches the expected text, what a user keeps word by word), and p50/p95 of the
-request's latency, of its prompt tokens and of the time choosing its context took.
+request's latency, of its prompt tokens and of the time choosing its context took. On
+cross-file tasks also the prompt's hit rate: the share of tasks whose prompt (the chunks from
+other files that fit its budget and the file's own text around the cursor) names an identifier
+the expected text takes from another file, one the model could copy rather than guess; what
+file-only scores here the file's own text gives, the rest is the context's.
+
+--context-only builds each variant's prompt and reports the hit rate, prompt tokens and
+context time alone, without decoding (seconds for 200 tasks a language): for comparing ways of
+choosing the context before paying for the model's answers. --variants runs some variants only.
 
     .venv/bin/python bench/quality_bench.py [--languages python,javascript,c] [--limit 200]
-        [--seed 1] [--model FILE.gguf ...] [--threads N] [--json OUT.json]
+        [--seed 1] [--model FILE.gguf ...] [--variants file-only,retrieved] [--context-only]
+        [--threads N] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -65,6 +77,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "retrieved+recent": ("definitions", "similar", "recent"),
 }
 CLASSES = ("cross-file", "in-file")
+UNSEEN = "unseen"  # a part of cross-file (the module doc)
 _NEIGHBOURS = 3
 _MAX_TOKENS = 48
 
@@ -108,6 +121,9 @@ class QualityTask:
     line_end: int  # the expected line's end (its newline excluded)
     kind: str  # CLASSES
     folder_defines: set[str]
+    # The expected text's names that another file defines and the file does not above the line.
+    from_elsewhere: frozenset[str] = frozenset()
+    unseen: bool = False  # cross-file, and the file names none of from_elsewhere above the line
 
     @property
     def expected(self) -> str:
@@ -129,9 +145,16 @@ def quality_task(task: Task, defined_elsewhere: set[str]) -> QualityTask:
     q = QualityTask(task, line_start, line_end, "in-file", defined_elsewhere)
     # Imported or used before is fine: defined before the cut is not (the file then shows it).
     defined_before = defined_names(task.language, text[:line_start])
-    if any(name in defined_elsewhere and name not in defined_before for name in q.identifiers(q.expected)):
+    q.from_elsewhere = frozenset(n for n in q.identifiers(q.expected) if n in defined_elsewhere and n not in defined_before)
+    if q.from_elsewhere:
         q.kind = "cross-file"
+        q.unseen = q.from_elsewhere.isdisjoint(IDENTIFIER.findall(text[:line_start]))
     return q
+
+
+def prompt_names(q: QualityTask, prompt: str) -> bool:
+    """Whether the prompt's text names one of the identifiers the expected text takes from elsewhere."""
+    return not q.from_elsewhere.isdisjoint(IDENTIFIER.findall(prompt))
 
 
 def folder_definitions(path: Path, language: str) -> set[str]:
@@ -258,6 +281,7 @@ class Scored:
     ms: float
     prompt_tokens: int
     context_ms: float  # choosing the context (retrieval), before the request
+    prompt_names: bool | None = None  # cross-file tasks: prompt_names for the request's prompt
 
 
 def score(q: QualityTask, completion: str, ms: float, prompt_tokens: int, context_ms: float) -> Scored:
@@ -291,13 +315,15 @@ class Summary:
             ("ms", s.ms), ("prompt_tokens", float(s.prompt_tokens)), ("context_ms", s.context_ms),
         ):  # fmt: skip
             self.values[name].append(value)
+        if s.prompt_names is not None:
+            self.values["prompt_names"].append(float(s.prompt_names))
 
     def report(self) -> dict[str, float]:
         if not self.n:
             return {"n": 0}
         mean = {name: statistics.fmean(v) for name, v in self.values.items()}
         p, r = mean["precision"], mean["recall"]
-        return {
+        out = {
             "n": self.n,
             "exact_pct": round(100 * mean["exact"], 1),
             "edit_similarity": round(mean["edit_similarity"], 3),
@@ -313,6 +339,9 @@ class Summary:
             "context_ms_p50": round(float(np.percentile(self.values["context_ms"], 50)), 2),
             "context_ms_p95": round(float(np.percentile(self.values["context_ms"], 95)), 2),
         }
+        if self.values["prompt_names"]:
+            out["prompt_names_pct"] = round(100 * statistics.fmean(self.values["prompt_names"]), 1)
+        return out
 
 
 # -- the run ----------------------------------------------------------------------------------
@@ -325,7 +354,7 @@ def run_model(model: Path, tasks: list[QualityTask], args: argparse.Namespace) -
     summaries: dict[tuple[str, str, str], Summary] = defaultdict(Summary)
     rng = random.Random(f"{args.seed}:recent")
     retrievals = Retrievals()
-    names = tuple(VARIANTS)
+    names = tuple(args.variants)
     try:
         for index, q in enumerate(tasks):
             recent = neighbours(q.task, rng)
@@ -338,12 +367,19 @@ def run_model(model: Path, tasks: list[QualityTask], args: argparse.Namespace) -
                 started = time.perf_counter()
                 request = request_for(q, variant, recent, retrieval)
                 retrieval_ms = (time.perf_counter() - started) * 1e3
-                done = engine.complete(request, options, caches)
-                scored = score(q, done.text, done.stats.ms_total, done.stats.prompt_tokens, retrieval_ms)
+                prompt = engine.build_prompt(request, options)
+                if args.context_only:
+                    scored = score(q, "", 0.0, len(prompt.tokens), retrieval_ms)
+                else:
+                    done = engine.complete(request, options, caches)
+                    scored = score(q, done.text, done.stats.ms_total, done.stats.prompt_tokens, retrieval_ms)
+                if q.kind == "cross-file":
+                    scored.prompt_names = prompt_names(q, engine.tokenizer.detokenize(prompt.tokens).decode("utf-8", "replace"))
                 for language in (q.task.language, "all"):
-                    summaries[(language, q.kind, variant)].add(scored)
-                    summaries[(language, "all", variant)].add(scored)
-                cells.append(f"{variant}={'=' if scored.exact else f'{scored.edit_similarity:.2f}'}")
+                    for kind in (q.kind, "all", *([UNSEEN] if q.unseen else [])):
+                        summaries[(language, kind, variant)].add(scored)
+                answer = ("hit" if scored.prompt_names else "-") if args.context_only else "=" if scored.exact else f"{scored.edit_similarity:.2f}"
+                cells.append(f"{variant}={answer}")
             print(f"{index + 1:4} {q.task.name[:56]:56} {q.kind:10} " + " ".join(cells), flush=True)
     finally:
         engine.close()
@@ -353,20 +389,24 @@ def run_model(model: Path, tasks: list[QualityTask], args: argparse.Namespace) -
     return out
 
 
-def print_table(model: str, figures: dict[str, dict[str, dict[str, dict[str, float]]]]) -> None:
+def print_table(model: str, figures: dict[str, dict[str, dict[str, dict[str, float]]]], decoded: bool) -> None:
     print(f"\n{model}")
-    header = ("language", "class", "variant", "n", "EM %", "edit sim", "id F1", "kept chars", "kept %", "ms p50/p95", "prompt p50/p95", "ctx ms p95")
-    print("  ".join(f"{h:>10}" for h in header))
+    header = ("language", "class", "variant", "n", "EM %", "edit sim", "id F1", "kept chars", "kept %", "ms p50/p95", "prompt p50/p95", "ctx ms p95", "names %")
+    # Without decoding (--context-only) only the prompt's columns mean something.
+    shown = range(len(header)) if decoded else (0, 1, 2, 3, 10, 11, 12)
+    print("  ".join(f"{header[i]:>10}" for i in shown))
     for language, classes in figures.items():
-        for kind in ("cross-file", "in-file", "all"):
+        for kind in ("cross-file", UNSEEN, "in-file", "all"):
             for variant, f in classes.get(kind, {}).items():
                 if not f.get("n"):
                     continue
-                print("  ".join(f"{str(v):>10}" for v in (
+                row = (
                     language, kind, variant, f["n"], f["exact_pct"], f["edit_similarity"], f["identifier_f1"],
                     f["accepted_chars"], f["accepted_share_pct"], f"{f['ms_p50']:.0f}/{f['ms_p95']:.0f}",
                     f"{f['prompt_tokens_p50']}/{f['prompt_tokens_p95']}", f["context_ms_p95"],
-                )))  # fmt: skip
+                    f.get("prompt_names_pct", ""),
+                )  # fmt: skip
+                print("  ".join(f"{str(row[i]):>10}" for i in shown))
 
 
 def main() -> int:
@@ -375,14 +415,20 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=200, help="tasks per language")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--model", type=Path, action="append", help="a GGUF file (repeat for several); default: the default model")
+    parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS), help=f"some of {','.join(VARIANTS)}")
+    parser.add_argument("--context-only", action="store_true", help="build the prompts, decode nothing")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}: choose from {list(VARIANTS)}")
     per_language: dict[str, list[QualityTask]] = {}
     for language in args.languages:
         per_language[language] = draw_tasks(language, args.limit, args.seed)
         counts = {kind: sum(q.kind == kind for q in per_language[language]) for kind in CLASSES}
+        counts[UNSEEN] = sum(q.unseen for q in per_language[language])
         print(f"{language}: {len(per_language[language])} tasks, " + ", ".join(f"{n} {kind}" for kind, n in counts.items()), file=sys.stderr)
     by_task = {id(q.task): q for qs in per_language.values() for q in qs}
     tasks = [by_task[id(t)] for t in interleaved({lang: [q.task for q in qs] for lang, qs in per_language.items()})]
@@ -390,10 +436,11 @@ def main() -> int:
     report = {}
     for model in models:
         figures = run_model(model, tasks, args)
-        print_table(model.name, figures)
+        print_table(model.name, figures, not args.context_only)
         report[model.name] = figures
     if args.json:
-        args.json.write_text(json.dumps({"seed": args.seed, "limit": args.limit, "models": report}, indent=1))
+        run = {"seed": args.seed, "limit": args.limit, "variants": args.variants, "context_only": args.context_only}
+        args.json.write_text(json.dumps({**run, "models": report}, indent=1))
     return 0
 
 

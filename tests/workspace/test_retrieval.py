@@ -115,8 +115,9 @@ def test_the_chunks_are_the_same_at_every_key_of_a_line(started: WorkspaceFolder
 
 
 def test_the_chunks_change_once_a_block_of_lines_as_the_user_writes_on(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    """Each change of the chunks evaluates the whole prompt again: chosen with the lines above
-    the cursor's block of six lines, they are the same on every line of a block."""
+    """Each change of the chunks evaluates the whole prompt again: similar code, chosen with the
+    lines above the cursor's block of three lines, is the same on every line of a block, and
+    follows the code the user writes from one block to the next."""
     root = tmp_path / "blocks"
     root.mkdir()
     # Two kinds of code, twelve lines each: a window of one is like the lines about it.
@@ -132,9 +133,12 @@ def test_the_chunks_change_once_a_block_of_lines_as_the_user_writes_on(tokenizer
         chosen = [folder.retrieval.retrieve(root / "song.py", head + "".join(lines[:n])) for n in range(7)]
     finally:
         folder.stop(save=False)
-    assert chosen[0] and all(found == chosen[0] for found in chosen[:6])
-    assert "red_" in _texts(chosen[0], SIMILAR)[0]
-    assert chosen[6] != chosen[0] and "pitch_" in _texts(chosen[6], SIMILAR)[0]
+    assert chosen[0] and chosen[0] == chosen[1] == chosen[2]
+    assert _texts(chosen[0], SIMILAR) == ["".join(f"red_{i} = mix(red, hue_{i}, shade)\n" for i in range(12))]
+    # Three lines of the other kind written: a window of it joins the chunks, for the block.
+    assert chosen[3] == chosen[4] == chosen[5] != chosen[0]
+    assert any("pitch_" in text for text in _texts(chosen[3], SIMILAR))
+    assert chosen[6] != chosen[3] and "pitch_" in _texts(chosen[6], SIMILAR)[0]
 
 
 def test_another_folder_ignored_and_oversized_files_are_never_read(tokenizer: Tokenizer, tmp_path: Path) -> None:

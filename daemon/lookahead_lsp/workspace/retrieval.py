@@ -10,17 +10,21 @@ request is for.
 
 The symbol table (symbols.py) maps each defined name to the files that define it and is kept
 current file by file (update / remove, from the index's changes); a file's lines and the
-identifiers of its windows are read when a request needs them and kept for a few files. The
-query is the text above the cursor's block of _QUERY_BLOCK lines (the current function, the
-file's imports; in a file's first block the lines above the cursor's), never the lines being
-typed, so the chosen chunks stay the same from keystroke to keystroke and from line to line
-within a block, and the prompt (whose chunks come first) keeps its KV state: each change of the
-chunks evaluates the whole prompt again.
+identifiers of its windows are read when a request needs them and kept for a few files.
+
+The query is the text above the cursor's block of lines (the current function, the file's
+imports; in a file's first block the lines above the cursor's), never the line being typed, so
+that the chosen chunks stay the same from keystroke to keystroke and from line to line within a
+block, and the prompt (whose chunks come first) keeps its KV state: each change of the chunks
+evaluates the whole prompt again. The definitions' block is _QUERY_BLOCK lines; similar code is
+looked for with a block of _SIMILAR_BLOCK, shorter because the code like the lines right above
+the cursor is the likeliest to name what the next line calls (docs/benchmarks.md, "What the
+prompt names").
 
 Order: definitions of the names used nearest the cursor first (in files the current file
 imports, then nearest in the tree), then windows of those files and of the imported ones ranked
-by Jaccard similarity of their identifiers to the last lines above the cursor, skipping what
-overlaps a definition already chosen."""
+by Jaccard similarity of their identifiers to the last lines above the similar-code block,
+skipping what overlaps a definition already chosen."""
 
 from __future__ import annotations
 
@@ -45,6 +49,9 @@ _ATTRIBUTE_OR_NAME = re.compile(r"(\.|->|::)?([A-Za-z_][A-Za-z0-9_]*)")
 # once a block as the user writes on (a query up to the cursor's line changed them on many new
 # lines), at the price of the names used in the block's own lines above the cursor.
 _QUERY_BLOCK = 6
+# Similar code's query block: the definitions of the names of the block's lines above the
+# cursor added nothing that a prompt then named, similar code found with them did.
+_SIMILAR_BLOCK = 3
 # The names looked up: those of this many lines above, nearest first.
 _QUERY_LINES = 40
 # A file's imports are looked for in its first lines only (a request must not scan the file).
@@ -134,7 +141,7 @@ class FolderRetrieval:
         self._by_stem: dict[str, set[Path]] = {}
         self._lines: OrderedDict[Path, _FileLines] = OrderedDict()
         self._windows: OrderedDict[Path, _FileWindows] = OrderedDict()
-        self._answers: OrderedDict[tuple[Path, str, int], tuple[RetrievedChunk, ...]] = OrderedDict()
+        self._answers: OrderedDict[tuple[Path, str, str, int], tuple[RetrievedChunk, ...]] = OrderedDict()
 
     # -- the table -----------------------------------------------------------------------------
 
@@ -207,26 +214,32 @@ class FolderRetrieval:
         cursor is prefix: definitions, then similar code, as sources asks, best first. The
         same for every prefix that differs only in the lines of the cursor's block."""
         path = Path(os.path.abspath(path)) if path is not None else None  # as the index keys files
-        above = _above_block(prefix)
+        above = _above_block(prefix, _QUERY_BLOCK)
         start = _line_start_before(above, _QUERY_LINES)
         # The lines above the cursor's, and the file's imports (at its head): the query.
         head = _import_lines(above[: min(start, _nth_line_end(above, _HEAD_LINES))])
         query = head + above[start:]
-        key = (path or Path(), query, hash(tuple(sources)))
+        # Similar code's: the lines above its shorter block (the definitions' block ends there or below).
+        like = _above_block(prefix, _SIMILAR_BLOCK)
+        like = like[_line_start_before(like, _SIMILAR_QUERY_LINES) :]
+        key = (path or Path(), query, like, hash(tuple(sources)))
         with self._lock:
             kept = self._answers.get(key)
             if kept is not None:
                 self._answers.move_to_end(key)
                 return kept
-        chunks = self._choose(path, query, len(head), sources)
+        chunks = self._choose(path, query, len(head), like, sources)
         with self._lock:
             self._answers[key] = chunks
             while len(self._answers) > _CACHED_ANSWERS:
                 self._answers.popitem(last=False)
         return chunks
 
-    def _choose(self, path: Path | None, query: str, start: int, sources: Sequence[str]) -> tuple[RetrievedChunk, ...]:
-        """query: the file's import lines, then (from start) the lines above the cursor's block."""
+    def _choose(
+        self, path: Path | None, query: str, start: int, like: str, sources: Sequence[str]
+    ) -> tuple[RetrievedChunk, ...]:
+        """query: the file's import lines, then (from start) the lines above the cursor's block;
+        like: the lines that similar code is looked for with."""
         language = language_of(path.suffix) if path is not None else "other"
         imported, imported_symbols = imported_names(query, language)
         with self._lock:
@@ -270,11 +283,11 @@ class FolderRetrieval:
             definers = list(dict.fromkeys(holder for holder, _ in picked))
             nearest = sorted(imported_files - set(definers), key=lambda p: (_distance(p, path), str(p)))
             candidates = (definers + nearest)[:_SIMILAR_FILES]
-            chunks[SIMILAR] = self._similar(candidates, query, chunks[DEFINITIONS] if DEFINITIONS in sources else [])
+            chunks[SIMILAR] = self._similar(candidates, like, chunks[DEFINITIONS] if DEFINITIONS in sources else [])
         return tuple(chunk for source in sources for chunk in chunks.get(source, ()))
 
-    def _similar(self, candidates: list[Path], above: str, chosen: list[RetrievedChunk]) -> list[RetrievedChunk]:
-        query = _identifiers(above[_line_start_before(above, _SIMILAR_QUERY_LINES) :])
+    def _similar(self, candidates: list[Path], like: str, chosen: list[RetrievedChunk]) -> list[RetrievedChunk]:
+        query = _identifiers(like)
         if not query:
             return []
         scored: list[tuple[float, str, int, Path]] = []
@@ -376,16 +389,16 @@ def _stem(path: Path) -> str:
     return path.name.split(".", 1)[0]
 
 
-def _above_block(prefix: str) -> str:
-    """The text above the cursor's block of _QUERY_BLOCK lines (lines 0 to 5, 6 to 11, ... of
-    the file), the same for every cursor in the block; in the first block, where there is none,
-    the lines above the cursor's."""
+def _above_block(prefix: str, size: int) -> str:
+    """The text above the cursor's block of `size` lines (lines 0 to size - 1, size to
+    2 * size - 1, ... of the file), the same for every cursor in the block; in the first block,
+    where there is none, the lines above the cursor's."""
     above = prefix[: prefix.rfind("\n") + 1]
     lines = above.count("\n")
-    if lines < _QUERY_BLOCK:
+    if lines < size:
         return above
     end = len(above)
-    for _ in range(lines % _QUERY_BLOCK):
+    for _ in range(lines % size):
         end = above.rfind("\n", 0, end - 1) + 1
     return above[:end]
 
