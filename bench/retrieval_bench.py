@@ -7,9 +7,12 @@ The folder: --folder, default /usr/include (C and C++ headers; ~130 MB here), li
 index lists a folder (workspace/files.list_source_files: .gitignore, generated and oversized
 files left out). Requests: --requests cursors drawn with --seed, each at a line start in the
 middle 60 % of a file of the folder, the file's text before it as the prefix; after each, the
-file's next _TYPED_LINES lines typed one by one, asked at each line's start.
+file's next _TYPED_LINES lines typed one by one, asked at each line's start. Before a file's
+first request its read-ahead runs (`prepare`, timed apart), as the daemon's folder thread
+runs it when a document is opened or edited; --cold leaves it out (the first request then
+reads everything itself).
 
-    .venv/bin/python bench/retrieval_bench.py [--folder DIR] [--requests 400] [--seed 1] [--json OUT]
+    .venv/bin/python bench/retrieval_bench.py [--folder DIR] [--requests 400] [--seed 1] [--cold] [--json OUT]
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, default=Path("/usr/include"))
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cold", action="store_true", help="no read-ahead before a file's first request")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     root = args.folder.resolve()
@@ -61,7 +65,7 @@ def main() -> None:
     filled_s = time.perf_counter() - started
     rss_after = _rss_mb()
     rng = random.Random(args.seed)
-    first, next_line, same_line, chunks = [], [], [], []
+    first, next_line, same_line, chunks, prepared = [], [], [], [], []
     changed = new_lines = 0
     for _ in range(args.requests):
         path = rng.choice(files)
@@ -70,6 +74,10 @@ def main() -> None:
             continue
         at = rng.randrange(len(lines) * 2 // 10, len(lines) * 8 // 10)
         prefix = "\n".join(lines[:at]) + "\n"
+        if not args.cold:
+            started = time.perf_counter()
+            retrieval.prepare(path)
+            prepared.append((time.perf_counter() - started) * 1e3)
         started = time.perf_counter()
         retrieval.retrieve(path, prefix)
         first.append((time.perf_counter() - started) * 1e3)
@@ -92,7 +100,7 @@ def main() -> None:
     report = {
         "folder": str(root), "files": len(files), "mb": round(megabytes, 1), "listing_s": round(listed_s, 2),
         "fill_s": round(filled_s, 2), "table_rss_mb": round(rss_after - rss_before, 1),
-        "first_in_file_ms": _percentiles(first), "next_line_ms": _percentiles(next_line), "same_line_ms": _percentiles(same_line),
+        "prepare_ms": _percentiles(prepared) if prepared else None, "first_in_file_ms": _percentiles(first), "next_line_ms": _percentiles(next_line), "same_line_ms": _percentiles(same_line),
         "chunks_mean": round(sum(chunks) / len(chunks), 2), "requests": len(first),
         "changed_on_new_lines_pct": round(100 * changed / max(1, new_lines), 1), "new_lines": new_lines,
     }  # fmt: skip

@@ -1,8 +1,8 @@
 """Context from the folder's own files for a prompt (workspace/retrieval.py), through a real
 workspace folder: the definition of a name used above the cursor comes from the file that
 defines it, similar code after it; never from another folder, an ignored or oversized file, or
-the file itself; the same chunks at every keystroke of a line; a definition changed on disk is
-seen once the folder has the change."""
+the file itself; similar code from the files beside it too; the same chunks at every keystroke
+of a line; a definition changed on disk is seen once the folder has the change."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from lookahead_lsp.base.tokenizer import Tokenizer
 from lookahead_lsp.workspace.folder import FolderSettings, WorkspaceFolder
-from lookahead_lsp.workspace.retrieval import DEFINITIONS, SIMILAR, RetrievedChunk
+from lookahead_lsp.workspace.retrieval import DEFINITIONS, SIMILAR, FolderRetrieval, RetrievedChunk
 from lookahead_lsp.workspace.symbols import definitions
 from support.recording_client import RecordingClient
 from support.waiting import wait_until
@@ -108,6 +108,49 @@ def test_similar_code_comes_after_the_definitions(tokenizer: Tokenizer, tmp_path
     assert all("width * height" in text for text in _texts(chunks, SIMILAR))
 
 
+NEIGHBOUR = "def remap_block(pages, size, order):\n    pages = allocate_pages(order, size)\n    address = map_contiguous(pages, size)\n    return address\n"
+
+
+def test_similar_code_comes_from_the_files_beside_it_in_its_language(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    """The call a line is about to make is often made in the module's other files, which the
+    file neither imports nor takes a definition from."""
+    root = tmp_path / "module"
+    (root / "sub").mkdir(parents=True)
+    (root / "alloc.py").write_text("def allocate_pages(order, size):\n    return [order] * size\n")
+    (root / "remap.py").write_text(NEIGHBOUR)
+    (root / "remap.js").write_text(NEIGHBOUR.replace("map_contiguous", "script_only"))
+    (root / "sub" / "remap.py").write_text(NEIGHBOUR.replace("map_contiguous", "far_away"))
+    prefix = "def grow(pool, size):\n    pages = allocate_pages(pool.order, size)\n"
+    (root / "pool.py").write_text(prefix)
+    folder = _folder(tokenizer, root, tmp_path / "cache")
+    try:
+        chunks = folder.retrieval.retrieve(root / "pool.py", prefix + "    address = ")
+    finally:
+        folder.stop(save=False)
+    similar = [c for c in chunks if c.why == SIMILAR]
+    assert [c.path for c in similar] == [root / "remap.py"] and "map_contiguous(pages, size)" in similar[0].text
+    assert all(c.path.parent == root and c.path.suffix == ".py" for c in chunks)
+
+
+def test_reading_ahead_changes_no_chunk(tmp_path: Path) -> None:
+    """What the folder's thread reads ahead when a document opens only saves the first
+    request the reading."""
+    root = tmp_path / "module"
+    root.mkdir()
+    for i in range(12):
+        (root / f"part_{i:02}.py").write_text(NEIGHBOUR.replace("remap_block", f"remap_{i}") * (i + 1))
+    prefix = "import part_03\n\n\ndef grow(pool, size):\n    pages = allocate_pages(pool.order, size)\n"
+    path = root / "part_05.py"
+    found = []
+    for ahead in (False, True):
+        retrieval = FolderRetrieval(root)
+        retrieval.rebuild(sorted(root.iterdir()))
+        if ahead:
+            retrieval.prepare(path)
+        found.append(retrieval.retrieve(path, prefix))
+    assert found[0] == found[1] and any(c.why == SIMILAR for c in found[0])
+
+
 def test_the_chunks_are_the_same_at_every_key_of_a_line(started: WorkspaceFolder, project: Path) -> None:
     line = "    value = load_settings(path).get('name')"
     seen = {started.retrieval.retrieve(project / "main.py", MAIN + line[:n]) for n in range(len(line) + 1)}
@@ -115,9 +158,8 @@ def test_the_chunks_are_the_same_at_every_key_of_a_line(started: WorkspaceFolder
 
 
 def test_the_chunks_change_once_a_block_of_lines_as_the_user_writes_on(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    """Each change of the chunks evaluates the whole prompt again: similar code, chosen with the
-    lines above the cursor's block of three lines, is the same on every line of a block, and
-    follows the code the user writes from one block to the next."""
+    """Each change of the chunks evaluates the whole prompt again: chosen with the lines above
+    the cursor's block of six lines, they are the same on every line of a block."""
     root = tmp_path / "blocks"
     root.mkdir()
     # Two kinds of code, twelve lines each: a window of one is like the lines about it.
@@ -133,12 +175,9 @@ def test_the_chunks_change_once_a_block_of_lines_as_the_user_writes_on(tokenizer
         chosen = [folder.retrieval.retrieve(root / "song.py", head + "".join(lines[:n])) for n in range(7)]
     finally:
         folder.stop(save=False)
-    assert chosen[0] and chosen[0] == chosen[1] == chosen[2]
-    assert _texts(chosen[0], SIMILAR) == ["".join(f"red_{i} = mix(red, hue_{i}, shade)\n" for i in range(12))]
-    # Three lines of the other kind written: a window of it joins the chunks, for the block.
-    assert chosen[3] == chosen[4] == chosen[5] != chosen[0]
-    assert any("pitch_" in text for text in _texts(chosen[3], SIMILAR))
-    assert chosen[6] != chosen[3] and "pitch_" in _texts(chosen[6], SIMILAR)[0]
+    assert chosen[0] and all(found == chosen[0] for found in chosen[:6])
+    assert "red_" in _texts(chosen[0], SIMILAR)[0]
+    assert chosen[6] != chosen[0] and "pitch_" in _texts(chosen[6], SIMILAR)[0]
 
 
 def test_another_folder_ignored_and_oversized_files_are_never_read(tokenizer: Tokenizer, tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ static cache (the repository draft source), and the folder's own
 thread.
 
 The thread indexes the folder once, fills the folder's retrieval from the files indexed (the
-context prompts take from other files), starts the watcher, then applies the editor's text. The
+context prompts take from other files), starts the watcher, then applies the editor's text (and
+reads ahead what retrieval will search for each document edited). The
 editor's text enters through a queue that keeps the latest text per path (None: the document
 was closed, back to the disk's content): recording it is all the caller's thread does, so a
 keystroke costs nothing there whatever the file's size; the thread tokenizes each document once
@@ -267,6 +268,7 @@ class WorkspaceFolder:
                     self.index.close_document(path)
                 else:
                     self.index.change_document(path, text)
+                    self.retrieval.prepare(path)
             except Exception as error:  # the thread outlives any one document
                 self._client.log(logging.WARNING, f"index not updated for {path}: {error}")
 

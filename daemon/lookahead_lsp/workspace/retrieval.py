@@ -10,28 +10,31 @@ request is for.
 
 The symbol table (symbols.py) maps each defined name to the files that define it and is kept
 current file by file (update / remove, from the index's changes); a file's lines and the
-identifiers of its windows are read when a request needs them and kept for a few files.
-
-The query is the text above the cursor's block of lines (the current function, the file's
-imports; in a file's first block the lines above the cursor's), never the line being typed, so
-that the chosen chunks stay the same from keystroke to keystroke and from line to line within a
-block, and the prompt (whose chunks come first) keeps its KV state: each change of the chunks
-evaluates the whole prompt again. The definitions' block is _QUERY_BLOCK lines; similar code is
-looked for with a block of _SIMILAR_BLOCK, shorter because the code like the lines right above
-the cursor is the likeliest to name what the next line calls (docs/benchmarks.md, "What the
-prompt names").
+identifiers of its windows are read when a request needs them and kept for a few files, and
+those of the files an open document's requests will search whatever the cursor (its
+neighbours, the files it imports) are read ahead by `prepare`, on the folder's thread, so that
+the first request in a file does not wait for them (the chunks are the same either way). The
+query is the text above the cursor's block of _QUERY_BLOCK lines (the current function, the
+file's imports; in a file's first block the lines above the cursor's), never the lines being
+typed, so the chosen chunks stay the same from keystroke to keystroke and from line to line
+within a block, and the prompt (whose chunks come first) keeps its KV state: each change of the
+chunks evaluates the whole prompt again.
 
 Order: definitions of the names used nearest the cursor first (in files the current file
-imports, then nearest in the tree), then windows of those files and of the imported ones ranked
-by Jaccard similarity of their identifiers to the last lines above the similar-code block,
-skipping what overlaps a definition already chosen."""
+imports, then nearest in the tree), then windows of those files, of the imported ones and of
+the file's neighbours in its folder's listing (same language, nearest name first: the module's
+other files, where the calls a line is about to make are made too) ranked by Jaccard
+similarity of their identifiers to the last lines above the cursor, skipping what overlaps a
+definition already chosen."""
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import threading
 from collections import OrderedDict
+from itertools import zip_longest
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,9 +52,6 @@ _ATTRIBUTE_OR_NAME = re.compile(r"(\.|->|::)?([A-Za-z_][A-Za-z0-9_]*)")
 # once a block as the user writes on (a query up to the cursor's line changed them on many new
 # lines), at the price of the names used in the block's own lines above the cursor.
 _QUERY_BLOCK = 6
-# Similar code's query block: the definitions of the names of the block's lines above the
-# cursor added nothing that a prompt then named, similar code found with them did.
-_SIMILAR_BLOCK = 3
 # The names looked up: those of this many lines above, nearest first.
 _QUERY_LINES = 40
 # A file's imports are looked for in its first lines only (a request must not scan the file).
@@ -63,14 +63,17 @@ _WINDOW_STEP = 6
 _MIN_SIMILARITY = 0.15
 _MAX_DEFINITIONS = 6
 _MAX_SIMILAR = 3
-# Files an imported name may resolve to, and files searched for similar code.
+# Files an imported name may resolve to; files searched for similar code: those defining
+# the names chosen and the imported ones, then the file's neighbours up to _SEARCHED_FILES.
 _PER_STEM = 2
 _SIMILAR_FILES = 4
+_SEARCHED_FILES = 8
 # Larger files give definitions but are not searched for similar code: their windows, made
 # the first time a request meets them, are most of the slowest requests' time.
 _SIMILAR_MAX_BYTES = 64 * 1024
-# Files whose lines and windows are kept between requests.
-_CACHED_FILES = 32
+# Files whose lines and windows are kept between requests (a request searches up to
+# _SEARCHED_FILES, and a few documents are open at once).
+_CACHED_FILES = 64
 # Results kept per document: the last query's answer, reused while the text above the line is
 # unchanged.
 _CACHED_ANSWERS = 64
@@ -120,11 +123,12 @@ class _FileLines:
 @dataclass(frozen=True)
 class _FileWindows:
     """The windows of a file searched for similar code: window w is lines [w * _WINDOW_STEP,
-    + _WINDOW_LINES), blocks w and w + 1 of _WINDOW_STEP lines. Kept as each block's
-    words, so that every line is read once and a query meets each block once."""
+    + _WINDOW_LINES), blocks w and w + 1 of _WINDOW_STEP lines. Kept as the blocks each word
+    is in, so that every line is read once and a query costs what its words meet, not a set
+    operation per block of every file searched."""
 
     stamp: tuple[int, int]
-    blocks: tuple[frozenset[str], ...]
+    blocks_of: dict[str, tuple[int, ...]]  # a word's blocks, ascending
     sizes: tuple[int, ...]  # identifiers of each window
 
 
@@ -139,9 +143,10 @@ class FolderRetrieval:
         self._files: dict[Path, _FileSymbols] = {}
         self._definers: dict[str, list[tuple[Path, Definition]]] = {}
         self._by_stem: dict[str, set[Path]] = {}
+        self._by_directory: dict[Path, list[Path]] = {}  # each sorted
         self._lines: OrderedDict[Path, _FileLines] = OrderedDict()
         self._windows: OrderedDict[Path, _FileWindows] = OrderedDict()
-        self._answers: OrderedDict[tuple[Path, str, str, int], tuple[RetrievedChunk, ...]] = OrderedDict()
+        self._answers: OrderedDict[tuple[Path, str, int], tuple[RetrievedChunk, ...]] = OrderedDict()
 
     # -- the table -----------------------------------------------------------------------------
 
@@ -166,6 +171,7 @@ class FolderRetrieval:
             for definition in found.definitions:
                 self._definers.setdefault(definition.name, []).append((path, definition))
             self._by_stem.setdefault(_stem(path), set()).add(path)
+            bisect.insort(self._by_directory.setdefault(path.parent, []), path)
             self._lines.pop(path, None)
             self._windows.pop(path, None)
             self._answers.clear()
@@ -197,6 +203,11 @@ class FolderRetrieval:
             stems.discard(path)
             if not stems:
                 del self._by_stem[_stem(path)]
+        listed = self._by_directory.get(path.parent)
+        if listed is not None:
+            listed.remove(path)
+            if not listed:
+                del self._by_directory[path.parent]
 
     def _read(self, path: Path) -> str | None:
         try:
@@ -214,32 +225,26 @@ class FolderRetrieval:
         cursor is prefix: definitions, then similar code, as sources asks, best first. The
         same for every prefix that differs only in the lines of the cursor's block."""
         path = Path(os.path.abspath(path)) if path is not None else None  # as the index keys files
-        above = _above_block(prefix, _QUERY_BLOCK)
+        above = _above_block(prefix)
         start = _line_start_before(above, _QUERY_LINES)
         # The lines above the cursor's, and the file's imports (at its head): the query.
         head = _import_lines(above[: min(start, _nth_line_end(above, _HEAD_LINES))])
         query = head + above[start:]
-        # Similar code's: the lines above its shorter block (the definitions' block ends there or below).
-        like = _above_block(prefix, _SIMILAR_BLOCK)
-        like = like[_line_start_before(like, _SIMILAR_QUERY_LINES) :]
-        key = (path or Path(), query, like, hash(tuple(sources)))
+        key = (path or Path(), query, hash(tuple(sources)))
         with self._lock:
             kept = self._answers.get(key)
             if kept is not None:
                 self._answers.move_to_end(key)
                 return kept
-        chunks = self._choose(path, query, len(head), like, sources)
+        chunks = self._choose(path, query, len(head), sources)
         with self._lock:
             self._answers[key] = chunks
             while len(self._answers) > _CACHED_ANSWERS:
                 self._answers.popitem(last=False)
         return chunks
 
-    def _choose(
-        self, path: Path | None, query: str, start: int, like: str, sources: Sequence[str]
-    ) -> tuple[RetrievedChunk, ...]:
-        """query: the file's import lines, then (from start) the lines above the cursor's block;
-        like: the lines that similar code is looked for with."""
+    def _choose(self, path: Path | None, query: str, start: int, sources: Sequence[str]) -> tuple[RetrievedChunk, ...]:
+        """query: the file's import lines, then (from start) the lines above the cursor's block."""
         language = language_of(path.suffix) if path is not None else "other"
         imported, imported_symbols = imported_names(query, language)
         with self._lock:
@@ -251,13 +256,7 @@ class FolderRetrieval:
         used = [n for n in nearby if n not in own and n not in _COMMON and len(n) > 2]
         names = [n for n in used if n in imported_symbols] + [n for n in used if n not in imported_symbols]
         with self._lock:
-            # A stem many files share (types.h) names the nearest ones.
-            imported_files = {
-                p
-                for stem in imported
-                for p in sorted(self._by_stem.get(stem, ()), key=lambda p: (_distance(p, path), str(p)))[:_PER_STEM]
-                if p != path
-            }
+            imported_files = self._files_named(imported, path)
             picked: list[tuple[Path, Definition]] = []
             for name in names:
                 found = [
@@ -283,11 +282,51 @@ class FolderRetrieval:
             definers = list(dict.fromkeys(holder for holder, _ in picked))
             nearest = sorted(imported_files - set(definers), key=lambda p: (_distance(p, path), str(p)))
             candidates = (definers + nearest)[:_SIMILAR_FILES]
-            chunks[SIMILAR] = self._similar(candidates, like, chunks[DEFINITIONS] if DEFINITIONS in sources else [])
+            if path is not None:
+                candidates += self._neighbours(path, set(candidates), _SEARCHED_FILES - len(candidates))
+            chunks[SIMILAR] = self._similar(candidates, query, chunks[DEFINITIONS] if DEFINITIONS in sources else [])
         return tuple(chunk for source in sources for chunk in chunks.get(source, ()))
 
-    def _similar(self, candidates: list[Path], like: str, chosen: list[RetrievedChunk]) -> list[RetrievedChunk]:
-        query = _identifiers(like)
+    def prepare(self, path: Path) -> None:
+        """Reads ahead the windows that requests on path search whatever the cursor: those of
+        the files it imports and of its neighbours (see _choose)."""
+        path = Path(os.path.abspath(path))
+        with self._lock:
+            saved = self._files.get(path)
+            imported = self._files_named(saved.imports if saved is not None else frozenset(), path)
+        nearest = sorted(imported, key=lambda p: (_distance(p, path), str(p)))[:_SIMILAR_FILES]
+        for candidate in nearest + self._neighbours(path, imported, _SEARCHED_FILES):
+            self._windows_of(candidate)
+
+    def _files_named(self, stems: Iterable[str], path: Path | None) -> set[Path]:
+        """The files an import of each stem names, from path (the lock held): a stem many
+        files share (types.h) names the nearest ones."""
+        return {
+            p
+            for stem in stems
+            for p in sorted(self._by_stem.get(stem, ()), key=lambda p: (_distance(p, path), str(p)))[:_PER_STEM]
+            if p != path
+        }
+
+    def _neighbours(self, path: Path, taken: set[Path], most: int) -> list[Path]:
+        """Up to `most` files of path's folder in its language, not in taken, nearest to it in
+        the listing first."""
+        language = language_of(path.suffix)
+        with self._lock:
+            listed = self._by_directory.get(path.parent, [])
+            at = bisect.bisect_left(listed, path)
+            before, after = reversed(listed[max(0, at - 2 * most) : at]), listed[at : at + 2 * most + 1]
+            out: list[Path] = []
+            for near in _alternate(before, after):
+                if len(out) >= most:
+                    break
+                same = language_of(near.suffix) == language and (language != "other" or near.suffix == path.suffix)
+                if same and near != path and near not in taken:
+                    out.append(near)
+        return out
+
+    def _similar(self, candidates: list[Path], above: str, chosen: list[RetrievedChunk]) -> list[RetrievedChunk]:
+        query = _identifiers(above[_line_start_before(above, _SIMILAR_QUERY_LINES) :])
         if not query:
             return []
         scored: list[tuple[float, str, int, Path]] = []
@@ -295,13 +334,22 @@ class FolderRetrieval:
             windows = self._windows_of(candidate)
             if windows is None:
                 continue
-            met = [query & block for block in windows.blocks]
-            for window, size in enumerate(windows.sizes):
-                if met[window] or met[window + 1]:
-                    common = len(met[window] | met[window + 1])
-                    score = common / (len(query) + size - common)
-                    if score >= _MIN_SIMILARITY:
-                        scored.append((-score, str(candidate), window, candidate))
+            # The query's words in each block, and in each block and the next (a window's words
+            # are its two blocks' union).
+            met: dict[int, int] = {}
+            met_twice: dict[int, int] = {}
+            for word in query:
+                blocks = windows.blocks_of.get(word, ())
+                for block in blocks:
+                    met[block] = met.get(block, 0) + 1
+                for block, after in zip(blocks, blocks[1:]):
+                    if after == block + 1:
+                        met_twice[block] = met_twice.get(block, 0) + 1
+            for window in {w for block in met for w in (block - 1, block) if 0 <= w < len(windows.sizes)}:
+                common = met.get(window, 0) + met.get(window + 1, 0) - met_twice.get(window, 0)
+                score = common / (len(query) + windows.sizes[window] - common)
+                if score >= _MIN_SIMILARITY:
+                    scored.append((-score, str(candidate), window, candidate))
         scored.sort()
         out: list[RetrievedChunk] = []
         for _, _, index, candidate in scored:
@@ -341,6 +389,9 @@ class FolderRetrieval:
 
     def _windows_of(self, path: Path) -> _FileWindows | None:
         """The file's windows (None for a file too large to search), made again when it changed."""
+        stamp = _stamp(path)
+        if stamp is None or stamp[1] > _SIMILAR_MAX_BYTES:
+            return None
         lines = self._lines_of(path)
         if lines is None:
             return None
@@ -349,8 +400,6 @@ class FolderRetrieval:
             if kept is not None and kept.stamp == lines.stamp:
                 self._windows.move_to_end(path)
                 return kept
-        if lines.stamp[1] > _SIMILAR_MAX_BYTES:
-            return None
         words = _words("\n".join(lines.lines)).split("\n")
         # Numbers stay among a block's words (leaving them out took a third of the time): the
         # query has none, so they only count in a window's size.
@@ -358,13 +407,24 @@ class FolderRetrieval:
             frozenset(" ".join(words[start : start + _WINDOW_STEP]).split()) - _COMMON
             for start in range(0, len(words), _WINDOW_STEP)
         ) + (frozenset(),)
+        blocks_of: dict[str, list[int]] = {}
+        for index, block in enumerate(blocks):
+            for word in block:
+                blocks_of.setdefault(word, []).append(index)
         count = len(range(0, max(1, len(lines.lines) - _WINDOW_STEP), _WINDOW_STEP))
-        windows = _FileWindows(lines.stamp, blocks, tuple(len(blocks[w] | blocks[w + 1]) for w in range(count)))
+        sizes = tuple(len(blocks[w] | blocks[w + 1]) for w in range(count))
+        windows = _FileWindows(lines.stamp, {word: tuple(at) for word, at in blocks_of.items()}, sizes)
         with self._lock:
             self._windows[path] = windows
             while len(self._windows) > _CACHED_FILES:
                 self._windows.popitem(last=False)
         return windows
+
+
+def _alternate(a: Iterable[Path], b: Iterable[Path]) -> Iterable[Path]:
+    """a's and b's items taken in turn, the rest of the longer after."""
+    for pair in zip_longest(a, b):
+        yield from (item for item in pair if item is not None)
 
 
 def _words(text: str) -> str:
@@ -389,16 +449,16 @@ def _stem(path: Path) -> str:
     return path.name.split(".", 1)[0]
 
 
-def _above_block(prefix: str, size: int) -> str:
-    """The text above the cursor's block of `size` lines (lines 0 to size - 1, size to
-    2 * size - 1, ... of the file), the same for every cursor in the block; in the first block,
-    where there is none, the lines above the cursor's."""
+def _above_block(prefix: str) -> str:
+    """The text above the cursor's block of _QUERY_BLOCK lines (lines 0 to 5, 6 to 11, ... of
+    the file), the same for every cursor in the block; in the first block, where there is none,
+    the lines above the cursor's."""
     above = prefix[: prefix.rfind("\n") + 1]
     lines = above.count("\n")
-    if lines < size:
+    if lines < _QUERY_BLOCK:
         return above
     end = len(above)
-    for _ in range(lines % size):
+    for _ in range(lines % _QUERY_BLOCK):
         end = above.rfind("\n", 0, end - 1) + 1
     return above[:end]
 
