@@ -60,11 +60,16 @@ accepted tokens per position, ns per draft call, build time and memory; "context
 workspace) shows what the workspace adds at all. The difference budgeted - unbounded is what
 keeping the bulk in a table (keys seen once are left out) costs.
 
+Part C, retrieval's cost per folder (unless --skip-retrieval; no model): the symbol table of
+the files the index lists filled, its memory, and 300 drawn cursors' requests for context
+(bench/retrieval_bench.py's method and report: the read-ahead, the first request in a file, the
+next line, later keys of a line, how often the chunks change on new lines).
+
 Everything goes to --out (default <work>/index_bench.json) with the command line, the machine
 and the date; a short table per folder is printed.
 
     .venv/bin/python bench/index_bench.py [--folder DIR ...] [--kernel-mb MB ...] [--budget-mib N]
-        [--work DIR] [--held-out N] [--skip-daemon] [--skip-acceptance] [--timeout-s S]
+        [--work DIR] [--held-out N] [--skip-daemon] [--skip-acceptance] [--skip-retrieval] [--timeout-s S]
         [--out report.json]
     .venv/bin/python bench/index_bench.py --kernel-mb 4 --budget-mib 16 --held-out 8   # a quick look
 """
@@ -97,6 +102,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
+import retrieval_bench
 from cluster_build_bench import make_slice
 import support_path  # noqa: F401  (tests/ on sys.path, before support)
 from support.daemon import Daemon, end_of, items_of, plain
@@ -115,6 +121,7 @@ _MB = 1e6
 DEFAULT_KERNEL_MB = 30.0
 # Part B's budget without --budget-mib: the comparison is moot unless the index is table-backed.
 DEFAULT_ACCEPTANCE_BUDGET_MIB = 64
+RETRIEVAL_REQUESTS = 300
 UNBOUNDED = 1 << 40
 
 _KERNEL_SUFFIXES = {".c", ".h"}
@@ -913,6 +920,16 @@ def save(report: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(report, indent=1, default=str))
 
 
+def print_retrieval(folder: Folder, part: dict[str, Any]) -> None:
+    first, ahead = part["first_in_file_ms"], part["prepare_ms"]
+    print(
+        f"\n{folder.label}: retrieval over {part['files']} files ({part['mb']} MB): table filled in {part['fill_s']} s, "
+        f"{part['table_rss_mb']} MB; read-ahead p95 {ahead['p95']} ms, first request in a file p50/p95 "
+        f"{first['p50']}/{first['p95']} ms, next line p95 {part['next_line_ms']['p95']} ms, "
+        f"chunks changed on {part['changed_on_new_lines_pct']} % of new lines"
+    )
+
+
 def _positive_mb(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -931,6 +948,7 @@ def main() -> int:
     parser.add_argument("--held-out", type=int, default=40, help="files held out per folder in Part B")
     parser.add_argument("--skip-daemon", action="store_true", help="no Part A")
     parser.add_argument("--skip-acceptance", action="store_true", help="no Part B")
+    parser.add_argument("--skip-retrieval", action="store_true", help="no Part C")
     parser.add_argument("--timeout-s", type=float, default=7200.0, help="longest wait for a folder to be indexed")
     parser.add_argument("--out", type=Path, help="the JSON report (default <work>/index_bench.json)")
     args = parser.parse_args()
@@ -1002,6 +1020,12 @@ def main() -> int:
                 gc.collect()
                 save(report, out)
                 print_acceptance(folder, entry["acceptance"])
+
+    if not args.skip_retrieval:
+        for folder, files, entry in zip(folders, listed, report["folders"]):
+            entry["retrieval"] = retrieval_bench.measure(folder.path, files, RETRIEVAL_REQUESTS, 1, cold=False)
+            save(report, out)
+            print_retrieval(folder, entry["retrieval"])
 
     report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     save(report, out)

@@ -26,6 +26,7 @@ import random
 import resource
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,15 @@ def main() -> None:
     started = time.perf_counter()
     files = list_source_files(root).files
     listed_s = time.perf_counter() - started
+    report = {"folder": str(root), "listing_s": round(listed_s, 2), **measure(root, files, args.requests, args.seed, args.cold)}
+    print(json.dumps(report, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+def measure(root: Path, files: list[Path], requests: int, seed: int, cold: bool) -> dict[str, Any]:
+    """The table's filling and memory, and `requests` drawn cursors' requests (the module doc),
+    on the folder root whose files the index lists as files."""
     megabytes = sum(path.stat().st_size for path in files) / 1e6
     rss_before = _rss_mb()
     retrieval = FolderRetrieval(root)
@@ -64,17 +74,17 @@ def main() -> None:
     retrieval.rebuild(files)
     filled_s = time.perf_counter() - started
     rss_after = _rss_mb()
-    rng = random.Random(args.seed)
+    rng = random.Random(seed)
     first, next_line, same_line, chunks, prepared = [], [], [], [], []
     changed = new_lines = 0
-    for _ in range(args.requests):
+    for _ in range(requests):
         path = rng.choice(files)
         lines = path.read_text(errors="replace").split("\n")
         if len(lines) < 20:
             continue
         at = rng.randrange(len(lines) * 2 // 10, len(lines) * 8 // 10)
         prefix = "\n".join(lines[:at]) + "\n"
-        if not args.cold:
+        if not cold:
             started = time.perf_counter()
             retrieval.prepare(path)
             prepared.append((time.perf_counter() - started) * 1e3)
@@ -97,16 +107,12 @@ def main() -> None:
             changed += now != found
             new_lines += 1
             found = now
-    report = {
-        "folder": str(root), "files": len(files), "mb": round(megabytes, 1), "listing_s": round(listed_s, 2),
-        "fill_s": round(filled_s, 2), "table_rss_mb": round(rss_after - rss_before, 1),
+    return {
+        "files": len(files), "mb": round(megabytes, 1), "fill_s": round(filled_s, 2), "table_rss_mb": round(rss_after - rss_before, 1),
         "prepare_ms": _percentiles(prepared) if prepared else None, "first_in_file_ms": _percentiles(first), "next_line_ms": _percentiles(next_line), "same_line_ms": _percentiles(same_line),
         "chunks_mean": round(sum(chunks) / len(chunks), 2), "requests": len(first),
         "changed_on_new_lines_pct": round(100 * changed / max(1, new_lines), 1), "new_lines": new_lines,
     }  # fmt: skip
-    print(json.dumps(report, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -71,9 +71,11 @@ _SEARCHED_FILES = 8
 # Larger files give definitions but are not searched for similar code: their windows, made
 # the first time a request meets them, are most of the slowest requests' time.
 _SIMILAR_MAX_BYTES = 64 * 1024
-# Files whose lines and windows are kept between requests (a request searches up to
-# _SEARCHED_FILES, and a few documents are open at once).
-_CACHED_FILES = 64
+# Files whose lines (up to the index's size cap each) and windows (of files up to
+# _SIMILAR_MAX_BYTES) are kept between requests: a request searches up to _SEARCHED_FILES
+# files, and a few documents are open at once.
+_CACHED_FILES = 32
+_CACHED_WINDOWS = 64
 # Results kept per document: the last query's answer, reused while the text above the line is
 # unchanged.
 _CACHED_ANSWERS = 64
@@ -392,14 +394,14 @@ class FolderRetrieval:
         stamp = _stamp(path)
         if stamp is None or stamp[1] > _SIMILAR_MAX_BYTES:
             return None
+        with self._lock:
+            kept = self._windows.get(path)
+            if kept is not None and kept.stamp == stamp:
+                self._windows.move_to_end(path)
+                return kept
         lines = self._lines_of(path)
         if lines is None:
             return None
-        with self._lock:
-            kept = self._windows.get(path)
-            if kept is not None and kept.stamp == lines.stamp:
-                self._windows.move_to_end(path)
-                return kept
         words = _words("\n".join(lines.lines)).split("\n")
         # Numbers stay among a block's words (leaving them out took a third of the time): the
         # query has none, so they only count in a window's size.
@@ -416,7 +418,7 @@ class FolderRetrieval:
         windows = _FileWindows(lines.stamp, {word: tuple(at) for word, at in blocks_of.items()}, sizes)
         with self._lock:
             self._windows[path] = windows
-            while len(self._windows) > _CACHED_FILES:
+            while len(self._windows) > _CACHED_WINDOWS:
                 self._windows.popitem(last=False)
         return windows
 
