@@ -33,7 +33,7 @@ import bisect
 import os
 import re
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from itertools import zip_longest
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -130,6 +130,7 @@ class _FileWindows:
     operation per block of every file searched."""
 
     stamp: tuple[int, int]
+    lines: tuple[str, ...]  # the file's (small: _SIMILAR_MAX_BYTES), for the chunks' text
     blocks_of: dict[str, tuple[int, ...]]  # a word's blocks, ascending
     sizes: tuple[int, ...]  # identifiers of each window
 
@@ -332,10 +333,12 @@ class FolderRetrieval:
         if not query:
             return []
         scored: list[tuple[float, str, int, Path]] = []
+        searched: dict[Path, _FileWindows] = {}
         for candidate in candidates:
             windows = self._windows_of(candidate)
             if windows is None:
                 continue
+            searched[candidate] = windows
             # The query's words in each block, and in each block and the next (a window's words
             # are its two blocks' union).
             met: dict[int, int] = {}
@@ -359,11 +362,9 @@ class FolderRetrieval:
             last = first + _WINDOW_LINES
             if any(c.path == candidate and c.start < last and first < c.end for c in [*chosen, *out]):
                 continue
-            lines = self._lines_of(candidate)
-            if lines is None:
-                continue
-            last = min(last, len(lines.lines))
-            text = "\n".join(lines.lines[first:last]).rstrip() + "\n"
+            lines = searched[candidate].lines
+            last = min(last, len(lines))
+            text = "\n".join(lines[first:last]).rstrip() + "\n"
             out.append(RetrievedChunk(candidate, first, last, SIMILAR, text))
             if len(out) >= _MAX_SIMILAR:
                 break
@@ -399,23 +400,30 @@ class FolderRetrieval:
             if kept is not None and kept.stamp == stamp:
                 self._windows.move_to_end(path)
                 return kept
-        lines = self._lines_of(path)
-        if lines is None:
-            return None
-        words = _words("\n".join(lines.lines)).split("\n")
+            read = self._lines.get(path)
+        # Not kept among the lines for definitions (files up to the index's cap), which the
+        # read-ahead of a document's neighbours would otherwise push out.
+        if read is not None and read.stamp == stamp:
+            lines, text = read.lines, "\n".join(read.lines)
+        else:
+            found = self._read(path)
+            if found is None:
+                return None
+            lines, text = tuple(found.split("\n")), found
+        words = _words(text).split("\n")
         # Numbers stay among a block's words (leaving them out took a third of the time): the
         # query has none, so they only count in a window's size.
         blocks = tuple(
             frozenset(" ".join(words[start : start + _WINDOW_STEP]).split()) - _COMMON
             for start in range(0, len(words), _WINDOW_STEP)
         ) + (frozenset(),)
-        blocks_of: dict[str, list[int]] = {}
+        blocks_of: defaultdict[str, list[int]] = defaultdict(list)
         for index, block in enumerate(blocks):
             for word in block:
-                blocks_of.setdefault(word, []).append(index)
-        count = len(range(0, max(1, len(lines.lines) - _WINDOW_STEP), _WINDOW_STEP))
+                blocks_of[word].append(index)
+        count = len(range(0, max(1, len(lines) - _WINDOW_STEP), _WINDOW_STEP))
         sizes = tuple(len(blocks[w] | blocks[w + 1]) for w in range(count))
-        windows = _FileWindows(lines.stamp, {word: tuple(at) for word, at in blocks_of.items()}, sizes)
+        windows = _FileWindows(stamp, lines, {word: tuple(at) for word, at in blocks_of.items()}, sizes)
         with self._lock:
             self._windows[path] = windows
             while len(self._windows) > _CACHED_WINDOWS:
