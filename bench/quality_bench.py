@@ -361,10 +361,10 @@ def run_model(model: Path, tasks: list[QualityTask], args: argparse.Namespace) -
             caches = DraftCaches(workspace=workspaces.cache_for(q.task))
             order = names[index % len(names) :] + names[: index % len(names)]
             cells = []
+            retrieval = retrievals.of(q.task)  # the folder's table, filled once, untimed
+            retrieval.prepare(q.task.path)  # as the folder's thread does when the file opens
             for variant in order:
                 engine.previous = None  # no variant drafts from another's output
-                retrieval = retrievals.of(q.task)  # the folder's table, filled once, untimed
-                retrieval.prepare(q.task.path)  # as the folder's thread does when the file opens
                 started = time.perf_counter()
                 request = request_for(q, variant, recent, retrieval)
                 retrieval_ms = (time.perf_counter() - started) * 1e3

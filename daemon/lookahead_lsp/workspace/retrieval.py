@@ -283,7 +283,7 @@ class FolderRetrieval:
                 chunks[DEFINITIONS].append(RetrievedChunk(holder, definition.line, definition.end, DEFINITIONS, text))
         if SIMILAR in sources:
             definers = list(dict.fromkeys(holder for holder, _ in picked))
-            nearest = sorted(imported_files - set(definers), key=lambda p: (_distance(p, path), str(p)))
+            nearest = _nearest_first(imported_files - set(definers), path)
             candidates = (definers + nearest)[:_SIMILAR_FILES]
             if path is not None:
                 candidates += self._neighbours(path, set(candidates), _SEARCHED_FILES - len(candidates))
@@ -297,7 +297,7 @@ class FolderRetrieval:
         with self._lock:
             saved = self._files.get(path)
             imported = self._files_named(saved.imports if saved is not None else frozenset(), path)
-        nearest = sorted(imported, key=lambda p: (_distance(p, path), str(p)))[:_SIMILAR_FILES]
+        nearest = _nearest_first(imported, path)[:_SIMILAR_FILES]
         for candidate in nearest + self._neighbours(path, imported, _SEARCHED_FILES):
             self._windows_of(candidate)
 
@@ -307,7 +307,7 @@ class FolderRetrieval:
         return {
             p
             for stem in stems
-            for p in sorted(self._by_stem.get(stem, ()), key=lambda p: (_distance(p, path), str(p)))[:_PER_STEM]
+            for p in _nearest_first(self._by_stem.get(stem, ()), path)[:_PER_STEM]
             if p != path
         }
 
@@ -506,6 +506,11 @@ def _names_nearest_first(text: str) -> tuple[list[str], set[str]]:
         if match.group(1):
             attributes.add(name)
     return list(seen), attributes
+
+
+def _nearest_first(paths: Iterable[Path], to: Path | None) -> list[Path]:
+    """paths, the nearest to `to` in the tree first (by name among equals)."""
+    return sorted(paths, key=lambda p: (_distance(p, to), str(p)))
 
 
 def _distance(a: Path, b: Path | None) -> int:
