@@ -34,13 +34,19 @@ other files that fit its budget and the file's own text around the cursor) names
 the expected text takes from another file, one the model could copy rather than guess; what
 file-only scores here the file's own text gives, the rest is the context's.
 
+Before each variant's request the user is taken to have written the --typed-lines lines above
+the cut line one after the other: the context is chosen at each of their starts, as the
+daemon's would be, since what it chooses depends on what it chose before (its chunks stay
+while they still serve, workspace/retrieval.py). Reported with it: on what share of those lines
+the chunks changed (each change evaluates a whole prompt again in the editor).
+
 --context-only builds each variant's prompt and reports the hit rate, prompt tokens and
 context time alone, without decoding (seconds for 200 tasks a language): for comparing ways of
 choosing the context before paying for the model's answers. --variants runs some variants only.
 
     .venv/bin/python bench/quality_bench.py [--languages python,javascript,c] [--limit 200]
         [--seed 1] [--model FILE.gguf ...] [--variants file-only,retrieved] [--context-only]
-        [--threads N] [--json OUT.json]
+        [--typed-lines 12] [--threads N] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -225,6 +231,21 @@ def neighbours(task: Task, rng: random.Random) -> list[tuple[str, Document]]:
     return out
 
 
+def write_down_to(q: QualityTask, variant: str, recent: list[tuple[str, Document]], retrieval: FolderRetrieval, lines: int) -> tuple[int, int]:
+    """The context chosen at the start of each of the `lines` lines above the cut line and then
+    at the cut line's, as the user writing them reaches each: how many lines were asked, and on
+    how many of them the context changed."""
+    text, folder = q.task.text, q.task.path.parent
+    starts = [q.line_start]
+    while len(starts) <= lines and starts[-1] > 0:
+        starts.append(text.rfind("\n", 0, starts[-1] - 1) + 1)
+    chosen = [
+        context_chunks(VARIANTS[variant], retrieval, q.task.path, text[:at], recent, lambda path, uri: str(path or uri))
+        for at in reversed(starts)
+    ]
+    return len(chosen) - 1, sum(a != b for a, b in zip(chosen, chosen[1:]))
+
+
 def request_for(q: QualityTask, variant: str, recent: list[tuple[str, Document]], retrieval: FolderRetrieval) -> CompletionRequest:
     task = q.task
     folder = task.path.parent
@@ -282,6 +303,8 @@ class Scored:
     prompt_tokens: int
     context_ms: float  # choosing the context (retrieval), before the request
     prompt_names: bool | None = None  # cross-file tasks: prompt_names for the request's prompt
+    lines_written: int = 0  # lines written above the cut before the request (--typed-lines)
+    context_changes: int = 0  # of which those on which the context changed
 
 
 def score(q: QualityTask, completion: str, ms: float, prompt_tokens: int, context_ms: float) -> Scored:
@@ -317,6 +340,8 @@ class Summary:
             self.values[name].append(value)
         if s.prompt_names is not None:
             self.values["prompt_names"].append(float(s.prompt_names))
+        self.values["lines_written"].append(s.lines_written)
+        self.values["context_changes"].append(s.context_changes)
 
     def report(self) -> dict[str, float]:
         if not self.n:
@@ -341,6 +366,8 @@ class Summary:
         }
         if self.values["prompt_names"]:
             out["prompt_names_pct"] = round(100 * statistics.fmean(self.values["prompt_names"]), 1)
+        if sum(self.values["lines_written"]):
+            out["context_changes_pct"] = round(100 * sum(self.values["context_changes"]) / sum(self.values["lines_written"]), 1)
         return out
 
 
@@ -365,6 +392,7 @@ def run_model(model: Path, tasks: list[QualityTask], args: argparse.Namespace) -
             retrieval.prepare(q.task.path)  # as the folder's thread does when the file opens
             for variant in order:
                 engine.previous = None  # no variant drafts from another's output
+                written = write_down_to(q, variant, recent, retrieval, args.typed_lines)
                 started = time.perf_counter()
                 request = request_for(q, variant, recent, retrieval)
                 retrieval_ms = (time.perf_counter() - started) * 1e3
@@ -374,6 +402,7 @@ def run_model(model: Path, tasks: list[QualityTask], args: argparse.Namespace) -
                 else:
                     done = engine.complete(request, options, caches)
                     scored = score(q, done.text, done.stats.ms_total, done.stats.prompt_tokens, retrieval_ms)
+                scored.lines_written, scored.context_changes = written
                 if q.kind == "cross-file":
                     scored.prompt_names = prompt_names(q, engine.tokenizer.detokenize(prompt.tokens).decode("utf-8", "replace"))
                 for language in (q.task.language, "all"):
@@ -392,9 +421,12 @@ def run_model(model: Path, tasks: list[QualityTask], args: argparse.Namespace) -
 
 def print_table(model: str, figures: dict[str, dict[str, dict[str, dict[str, float]]]], decoded: bool) -> None:
     print(f"\n{model}")
-    header = ("language", "class", "variant", "n", "EM %", "edit sim", "id F1", "kept chars", "kept %", "ms p50/p95", "prompt p50/p95", "ctx ms p95", "names %")
+    header = (
+        "language", "class", "variant", "n", "EM %", "edit sim", "id F1", "kept chars", "kept %", "ms p50/p95",
+        "prompt p50/p95", "ctx ms p95", "names %", "changes %",
+    )  # fmt: skip
     # Without decoding (--context-only) only the prompt's columns mean something.
-    shown = range(len(header)) if decoded else (0, 1, 2, 3, 10, 11, 12)
+    shown = range(len(header)) if decoded else (0, 1, 2, 3, 10, 11, 12, 13)
     print("  ".join(f"{header[i]:>10}" for i in shown))
     for language, classes in figures.items():
         for kind in ("cross-file", UNSEEN, "in-file", "all"):
@@ -405,7 +437,7 @@ def print_table(model: str, figures: dict[str, dict[str, dict[str, dict[str, flo
                     language, kind, variant, f["n"], f["exact_pct"], f["edit_similarity"], f["identifier_f1"],
                     f["accepted_chars"], f["accepted_share_pct"], f"{f['ms_p50']:.0f}/{f['ms_p95']:.0f}",
                     f"{f['prompt_tokens_p50']}/{f['prompt_tokens_p95']}", f["context_ms_p95"],
-                    f.get("prompt_names_pct", ""),
+                    f.get("prompt_names_pct", ""), f.get("context_changes_pct", ""),
                 )  # fmt: skip
                 print("  ".join(f"{str(row[i]):>10}" for i in shown))
 
@@ -418,6 +450,7 @@ def main() -> int:
     parser.add_argument("--model", type=Path, action="append", help="a GGUF file (repeat for several); default: the default model")
     parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS), help=f"some of {','.join(VARIANTS)}")
     parser.add_argument("--context-only", action="store_true", help="build the prompts, decode nothing")
+    parser.add_argument("--typed-lines", type=int, default=12, help="lines written above the cut before each request (0: none)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     parser.add_argument("--json", type=Path)
@@ -440,7 +473,7 @@ def main() -> int:
         print_table(model.name, figures, not args.context_only)
         report[model.name] = figures
     if args.json:
-        run = {"seed": args.seed, "limit": args.limit, "variants": args.variants, "context_only": args.context_only}
+        run = {"seed": args.seed, "limit": args.limit, "variants": args.variants, "context_only": args.context_only, "typed_lines": args.typed_lines}
         args.json.write_text(json.dumps({**run, "models": report}, indent=1))
     return 0
 

@@ -2,7 +2,8 @@
 workspace folder: the definition of a name used above the cursor comes from the file that
 defines it, similar code after it; never from another folder, an ignored or oversized file, or
 the file itself; similar code from the files beside it too; the same chunks at every keystroke
-of a line; a definition changed on disk is seen once the folder has the change."""
+of a line, and from block to block while they still serve; a definition changed on disk is seen
+once the folder has the change."""
 
 from __future__ import annotations
 
@@ -178,6 +179,22 @@ def test_the_chunks_change_once_a_block_of_lines_as_the_user_writes_on(tokenizer
     assert chosen[0] and all(found == chosen[0] for found in chosen[:6])
     assert "red_" in _texts(chosen[0], SIMILAR)[0]
     assert chosen[6] != chosen[0] and "pitch_" in _texts(chosen[6], SIMILAR)[0]
+
+
+def test_the_chunks_stay_while_they_still_serve_the_lines_written_since(tmp_path: Path) -> None:
+    """A file of code of one shape beside the one being written: every window is about as like
+    the lines above the cursor as another, and which one is best moves as the user writes on.
+    The chunks chosen first still serve, so they stay (the prompt's KV state with them)."""
+    root = tmp_path / "module"
+    root.mkdir()
+    view = "def view_{0}(request, session):\n    user = session.user_{0}\n    page = load_page(request, user, 'page_{0}')\n    return render(request, page, user)\n\n\n"
+    (root / "views.py").write_text("".join(view.format(i) for i in range(8)))
+    lines = [line for i in (2, 5) for line in view.replace("view_", "show_").format(i).splitlines(keepends=True)]
+    (root / "more.py").write_text("".join(lines))
+    retrieval = FolderRetrieval(root)
+    retrieval.rebuild(sorted(root.iterdir()))
+    chosen = [retrieval.retrieve(root / "more.py", "".join(lines[:n])) for n in range(1, len(lines) + 1)]
+    assert _texts(chosen[0], SIMILAR) and all(found == chosen[0] for found in chosen)
 
 
 def test_another_folder_ignored_and_oversized_files_are_never_read(tokenizer: Tokenizer, tmp_path: Path) -> None:

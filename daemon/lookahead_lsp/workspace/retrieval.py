@@ -18,7 +18,10 @@ query is the text above the cursor's block of _QUERY_BLOCK lines (the current fu
 file's imports; in a file's first block the lines above the cursor's), never the lines being
 typed, so the chosen chunks stay the same from keystroke to keystroke and from line to line
 within a block, and the prompt (whose chunks come first) keeps its KV state: each change of the
-chunks evaluates the whole prompt again.
+chunks evaluates the whole prompt again. For the same reason a document's chunks outlive its
+block: as long as they still serve the new block's query (each definition's name still used
+above, each similar window still like the lines above, and the new choice's similar code not
+clearly more alike), they stay, and a new choice is taken only when they no longer do.
 
 Order: definitions of the names used nearest the cursor first (in files the current file
 imports, then nearest in the tree), then windows of those files, of the imported ones and of
@@ -79,6 +82,14 @@ _CACHED_WINDOWS = 64
 # Results kept per document: the last query's answer, reused while the text above the line is
 # unchanged.
 _CACHED_ANSWERS = 64
+# The previous chunks still serve a new query while each definition's name is used in this many
+# lines above (twice the lines a name is looked up in: a name leaving the lookup window does not
+# end its definition's use at once), each similar window has at least this share of the
+# similarity a window needs to be chosen, and the new choice's similar code is not more alike
+# by more than this factor (hysteresis: without it, two near windows take turns).
+_KEPT_NAME_LINES = 2 * _QUERY_LINES
+_KEPT_SIMILARITY = 0.5
+_BETTER_BY = 1.25
 # A name defined in more files than this says little about which one is meant.
 _MAX_DEFINERS = 8
 # A text's words are what is left of it once every byte but ASCII letters, digits, `_` and the
@@ -108,6 +119,7 @@ class RetrievedChunk:
     end: int
     why: str
     text: str
+    name: str = ""  # for a definition, the name it defines
 
 
 @dataclass(frozen=True)
@@ -149,7 +161,9 @@ class FolderRetrieval:
         self._by_directory: dict[Path, list[Path]] = {}  # each sorted
         self._lines: OrderedDict[Path, _FileLines] = OrderedDict()
         self._windows: OrderedDict[Path, _FileWindows] = OrderedDict()
-        self._answers: OrderedDict[tuple[Path, str, int], tuple[RetrievedChunk, ...]] = OrderedDict()
+        self._answers: OrderedDict[tuple[Path, str, tuple[str, ...]], tuple[RetrievedChunk, ...]] = OrderedDict()
+        # Each document's (and source list's) last chunks, kept while they serve (the module doc).
+        self._last: OrderedDict[tuple[Path, tuple[str, ...]], tuple[RetrievedChunk, ...]] = OrderedDict()
 
     # -- the table -----------------------------------------------------------------------------
 
@@ -175,21 +189,27 @@ class FolderRetrieval:
                 self._definers.setdefault(definition.name, []).append((path, definition))
             self._by_stem.setdefault(_stem(path), set()).add(path)
             bisect.insort(self._by_directory.setdefault(path.parent, []), path)
-            self._lines.pop(path, None)
-            self._windows.pop(path, None)
-            self._answers.clear()
+            self._changed(path)
 
     def remove(self, path: Path) -> None:
         with self._lock:
             self._forget(path)
-            self._lines.pop(path, None)
-            self._windows.pop(path, None)
-            self._answers.clear()
+            self._changed(path)
 
     @property
     def files(self) -> int:
         with self._lock:
             return len(self._files)
+
+    def _changed(self, path: Path) -> None:
+        """Drops what path's old text was read into (the lock held): its lines and windows,
+        every answer (a name it defines may now be defined elsewhere), and the documents' last
+        chunks that hold its text."""
+        self._lines.pop(path, None)
+        self._windows.pop(path, None)
+        self._answers.clear()
+        for key in [key for key, chunks in self._last.items() if any(c.path == path for c in chunks)]:
+            del self._last[key]
 
     def _forget(self, path: Path) -> None:
         old = self._files.pop(path, None)
@@ -233,21 +253,51 @@ class FolderRetrieval:
         # The lines above the cursor's, and the file's imports (at its head): the query.
         head = _import_lines(above[: min(start, _nth_line_end(above, _HEAD_LINES))])
         query = head + above[start:]
-        key = (path or Path(), query, hash(tuple(sources)))
+        document = (path or Path(), tuple(sources))
+        key = (document[0], query, document[1])
         with self._lock:
-            kept = self._answers.get(key)
-            if kept is not None:
+            chunks = self._answers.get(key)
+            if chunks is not None:
                 self._answers.move_to_end(key)
-                return kept
-        chunks = self._choose(path, query, len(head), sources)
+            last = self._last.get(document)
+        if chunks is None:
+            chunks, similarity = self._choose(path, query, len(head), sources)
+            if last is not None and last != chunks and self._still_serve(last, similarity, above, query):
+                chunks = last
+            with self._lock:
+                self._answers[key] = chunks
+                while len(self._answers) > _CACHED_ANSWERS:
+                    self._answers.popitem(last=False)
         with self._lock:
-            self._answers[key] = chunks
-            while len(self._answers) > _CACHED_ANSWERS:
-                self._answers.popitem(last=False)
+            self._last[document] = chunks
+            self._last.move_to_end(document)
+            while len(self._last) > _CACHED_ANSWERS:
+                self._last.popitem(last=False)
         return chunks
 
-    def _choose(self, path: Path | None, query: str, start: int, sources: Sequence[str]) -> tuple[RetrievedChunk, ...]:
-        """query: the file's import lines, then (from start) the lines above the cursor's block."""
+    def _still_serve(self, last: tuple[RetrievedChunk, ...], similarity: float, above: str, query: str) -> bool:
+        """Whether a document's last chunks still serve a new query (the module doc), against a
+        choice made for it now whose similar code scores similarity in all."""
+        used = set(_names_nearest_first(above[_line_start_before(above, _KEPT_NAME_LINES) :])[0])
+        words = _identifiers(query[_line_start_before(query, _SIMILAR_QUERY_LINES) :])
+        kept = 0.0
+        for chunk in last:
+            if chunk.why == DEFINITIONS:
+                if chunk.name not in used:
+                    return False
+                continue
+            windows = self._windows_of(chunk.path)
+            score = _similarity(windows, chunk.start // _WINDOW_STEP, words) if windows is not None else 0.0
+            if score < _KEPT_SIMILARITY * _MIN_SIMILARITY:
+                return False
+            kept += score
+        return kept * _BETTER_BY >= similarity
+
+    def _choose(
+        self, path: Path | None, query: str, start: int, sources: Sequence[str]
+    ) -> tuple[tuple[RetrievedChunk, ...], float]:
+        """The chunks for query (the file's import lines, then from start the lines above the
+        cursor's block), and the similarity of their similar code in all."""
         language = language_of(path.suffix) if path is not None else "other"
         imported, imported_symbols = imported_names(query, language)
         with self._lock:
@@ -280,15 +330,18 @@ class FolderRetrieval:
             lines = self._lines_of(holder)
             if lines is not None and definition.line < len(lines.lines):
                 text = "\n".join(lines.lines[definition.line : definition.end]).rstrip() + "\n"
-                chunks[DEFINITIONS].append(RetrievedChunk(holder, definition.line, definition.end, DEFINITIONS, text))
+                chunks[DEFINITIONS].append(
+                    RetrievedChunk(holder, definition.line, definition.end, DEFINITIONS, text, definition.name)
+                )
+        similarity = 0.0
         if SIMILAR in sources:
             definers = list(dict.fromkeys(holder for holder, _ in picked))
             nearest = _nearest_first(imported_files - set(definers), path)
             candidates = (definers + nearest)[:_SIMILAR_FILES]
             if path is not None:
                 candidates += self._neighbours(path, set(candidates), _SEARCHED_FILES - len(candidates))
-            chunks[SIMILAR] = self._similar(candidates, query, chunks[DEFINITIONS] if DEFINITIONS in sources else [])
-        return tuple(chunk for source in sources for chunk in chunks.get(source, ()))
+            chunks[SIMILAR], similarity = self._similar(candidates, query, chunks[DEFINITIONS] if DEFINITIONS in sources else [])
+        return tuple(chunk for source in sources for chunk in chunks.get(source, ())), similarity
 
     def prepare(self, path: Path) -> None:
         """Reads ahead the windows that requests on path search whatever the cursor: those of
@@ -328,10 +381,14 @@ class FolderRetrieval:
                     out.append(near)
         return out
 
-    def _similar(self, candidates: list[Path], above: str, chosen: list[RetrievedChunk]) -> list[RetrievedChunk]:
+    def _similar(
+        self, candidates: list[Path], above: str, chosen: list[RetrievedChunk]
+    ) -> tuple[list[RetrievedChunk], float]:
+        """The windows of candidates most like the last lines of above, not overlapping chosen,
+        and their similarity in all."""
         query = _identifiers(above[_line_start_before(above, _SIMILAR_QUERY_LINES) :])
         if not query:
-            return []
+            return [], 0.0
         scored: list[tuple[float, str, int, Path]] = []
         searched: dict[Path, _FileWindows] = {}
         for candidate in candidates:
@@ -357,7 +414,8 @@ class FolderRetrieval:
                     scored.append((-score, str(candidate), window, candidate))
         scored.sort()
         out: list[RetrievedChunk] = []
-        for _, _, index, candidate in scored:
+        similarity = 0.0
+        for negated, _, index, candidate in scored:
             first = index * _WINDOW_STEP
             last = first + _WINDOW_LINES
             if any(c.path == candidate and c.start < last and first < c.end for c in [*chosen, *out]):
@@ -366,9 +424,10 @@ class FolderRetrieval:
             last = min(last, len(lines))
             text = "\n".join(lines[first:last]).rstrip() + "\n"
             out.append(RetrievedChunk(candidate, first, last, SIMILAR, text))
+            similarity -= negated
             if len(out) >= _MAX_SIMILAR:
                 break
-        return out
+        return out, similarity
 
     def _lines_of(self, path: Path) -> _FileLines | None:
         """The file's lines, read again when it changed on disk."""
@@ -429,6 +488,18 @@ class FolderRetrieval:
             while len(self._windows) > _CACHED_WINDOWS:
                 self._windows.popitem(last=False)
         return windows
+
+
+def _similarity(windows: _FileWindows, window: int, query: frozenset[str]) -> float:
+    """The Jaccard similarity of window's identifiers and query's (as _similar scores it)."""
+    if not query or window >= len(windows.sizes):
+        return 0.0
+    common = 0
+    for word in query:
+        blocks = windows.blocks_of.get(word, ())
+        if window in blocks or window + 1 in blocks:
+            common += 1
+    return common / (len(query) + windows.sizes[window] - common)
 
 
 def _alternate(a: Iterable[Path], b: Iterable[Path]) -> Iterable[Path]:
