@@ -26,7 +26,8 @@ an edit (`rest`); "every request" is keys, accepts and Enters. A request's laten
 completion request's alone (the status requests the benchmark sends around it are not timed).
 Beside them: the suggestions accepted and their characters (`accepts`, `accepted_chars`), and
 for lookahead-lsp the prompts of the model's answers (`prompts`: tokens, tokens evaluated, how
-many carried chunks of each reason).
+many carried chunks of each reason, how many were cold prompts cut short, and on how many
+whole prompts the chunks differed from the document's last whole prompt's: `context_changes`).
 
 --editor says which editor's client lookahead-lsp gets: `vscode` (the extension: incremental
 changes, `lookahead/cursor` after a rest, inline completion requests), `neovim` (incremental
@@ -139,6 +140,19 @@ class Editor(Protocol):
     async def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class AnswerPrompt:
+    """The prompt of an answer the model gave: its tokens, those evaluated (not in the KV
+    cache), whether it was a cold prompt cut short (no chunks), and its other files' chunks
+    (path, lines, why)."""
+
+    uri: str
+    tokens: int
+    evaluated: int
+    short: bool
+    chunks: tuple[tuple[str, tuple[int, ...], str], ...]
+
+
 class LookaheadEditor:
     """An editor's client of lookahead-lsp (--editor): the VS Code extension's (didOpen,
     incremental didChange, lookahead/cursor after a rest, inline completion), Neovim's (no
@@ -148,9 +162,8 @@ class LookaheadEditor:
         self.daemon = daemon
         self.editor = editor
         self.versions: dict[str, int] = {}
-        # Of each answer the model gave: its prompt's tokens, those evaluated (not in the KV
-        # cache) and the reasons its other files' chunks were chosen for.
-        self.prompts: list[tuple[int, int, tuple[str, ...]]] = []
+        # Of each answer the model gave, its prompt.
+        self.prompts: list[AnswerPrompt] = []
 
     async def visit(self, uri: str, language: str, text: str) -> None:
         if uri not in self.versions:
@@ -187,7 +200,8 @@ class LookaheadEditor:
         source = "cache" if status["completions"]["from_cache"] != cached else "model"
         last = status["last"]
         if source == "model" and last is not None:
-            self.prompts.append((last["prompt_tokens"], last["prompt_evaluated"], tuple(c["why"] for c in last["context"])))
+            chunks = tuple((c["path"], tuple(c["lines"] or ()), c["why"]) for c in last["context"])
+            self.prompts.append(AnswerPrompt(uri, last["prompt_tokens"], last["prompt_evaluated"], bool(last["short_prompt"]), chunks))
         return shown, source, ms
 
     async def _inline(self, uri: str, text: str) -> str:
@@ -554,7 +568,7 @@ async def _lookahead_session(
     return {**report(session, args.languages), "prompts": _prompts(editor.prompts), "ahead": status["ahead"], "shared": status["shared"]}
 
 
-def _prompts(prompts: list[tuple[int, int, tuple[str, ...]]]) -> dict[str, object]:
+def _prompts(prompts: list[AnswerPrompt]) -> dict[str, object]:
     """The prompts of the model's answers: tokens and tokens evaluated, p50 / p95 / mean, and
     how many carried a chunk for each reason."""
 
@@ -562,12 +576,22 @@ def _prompts(prompts: list[tuple[int, int, tuple[str, ...]]]) -> dict[str, objec
         values = values or [0]
         return {"p50": statistics.median(values), "p95": _p95(values), "mean": round(statistics.fmean(values), 1)}
 
-    reasons = sorted({why for _, _, whys in prompts for why in whys})
+    reasons = sorted({why for p in prompts for _, _, why in p.chunks})
+    # A whole prompt whose chunks differ from the document's last whole prompt's: each is
+    # evaluated again from its first chunk on.
+    last: dict[str, tuple[tuple[str, tuple[int, ...], str], ...]] = {}
+    changes = 0
+    for p in prompts:
+        if not p.short:
+            changes += p.uri in last and last[p.uri] != p.chunks
+            last[p.uri] = p.chunks
     return {
         "n": len(prompts),
-        "tokens": summary([tokens for tokens, _, _ in prompts]),
-        "evaluated": summary([evaluated for _, evaluated, _ in prompts]),
-        "with_chunks": {why: sum(why in whys for _, _, whys in prompts) for why in reasons},
+        "tokens": summary([p.tokens for p in prompts]),
+        "evaluated": summary([p.evaluated for p in prompts]),
+        "with_chunks": {why: sum(any(w == why for _, _, w in p.chunks) for p in prompts) for why in reasons},
+        "short": sum(p.short for p in prompts),
+        "context_changes": changes,
     }
 
 
