@@ -246,7 +246,8 @@ class FolderRetrieval:
     def retrieve(self, path: Path | None, prefix: str, sources: Sequence[str] = SOURCES) -> tuple[RetrievedChunk, ...]:
         """The chunks for a request on path (None: a document of no file) whose text before the
         cursor is prefix: definitions, then similar code, as sources asks, best first. The
-        same for every prefix that differs only in the lines of the cursor's block."""
+        same for every prefix that differs only in the lines of the cursor's block, and the
+        document's last chunks for as long as they still serve its query (_still_serve)."""
         path = Path(os.path.abspath(path)) if path is not None else None  # as the index keys files
         above = _above_block(prefix)
         start = _line_start_before(above, _QUERY_LINES)
