@@ -235,7 +235,7 @@ def write_down_to(q: QualityTask, variant: str, recent: list[tuple[str, Document
     """The context chosen at the start of each of the `lines` lines above the cut line and then
     at the cut line's, as the user writing them reaches each: how many lines were asked, and on
     how many of them the context changed."""
-    text, folder = q.task.text, q.task.path.parent
+    text = q.task.text
     starts = [q.line_start]
     while len(starts) <= lines and starts[-1] > 0:
         starts.append(text.rfind("\n", 0, starts[-1] - 1) + 1)

@@ -569,8 +569,8 @@ async def _lookahead_session(
 
 
 def _prompts(prompts: list[AnswerPrompt]) -> dict[str, object]:
-    """The prompts of the model's answers: tokens and tokens evaluated, p50 / p95 / mean, and
-    how many carried a chunk for each reason."""
+    """The prompts of the model's answers: tokens and tokens evaluated, p50 / p95 / mean, how
+    many carried a chunk for each reason, how many were cut short, and the context changes."""
 
     def summary(values: list[int]) -> dict[str, float]:
         values = values or [0]

@@ -162,8 +162,12 @@ class FolderRetrieval:
         self._lines: OrderedDict[Path, _FileLines] = OrderedDict()
         self._windows: OrderedDict[Path, _FileWindows] = OrderedDict()
         self._answers: OrderedDict[tuple[Path, str, tuple[str, ...]], tuple[RetrievedChunk, ...]] = OrderedDict()
-        # Each document's (and source list's) last chunks, kept while they serve (the module doc).
-        self._last: OrderedDict[tuple[Path, tuple[str, ...]], tuple[RetrievedChunk, ...]] = OrderedDict()
+        # Each document's (and source list's) last chunks, kept while they serve (the module doc),
+        # with the files they come from: a change of the table asks which hold a file, and the
+        # folder's thread makes thousands of changes in a row (a checkout).
+        self._last: OrderedDict[
+            tuple[Path, tuple[str, ...]], tuple[tuple[RetrievedChunk, ...], frozenset[Path]]
+        ] = OrderedDict()
 
     # -- the table -----------------------------------------------------------------------------
 
@@ -208,7 +212,7 @@ class FolderRetrieval:
         self._lines.pop(path, None)
         self._windows.pop(path, None)
         self._answers.clear()
-        for key in [key for key, chunks in self._last.items() if any(c.path == path for c in chunks)]:
+        for key in [key for key, (_, held) in self._last.items() if path in held]:
             del self._last[key]
 
     def _forget(self, path: Path) -> None:
@@ -260,27 +264,31 @@ class FolderRetrieval:
             chunks = self._answers.get(key)
             if chunks is not None:
                 self._answers.move_to_end(key)
-            last = self._last.get(document)
+            kept = self._last.get(document)
         if chunks is None:
-            chunks, similarity = self._choose(path, query, len(head), sources)
-            if last is not None and last != chunks and self._still_serve(last, similarity, above, query):
-                chunks = last
+            # The identifiers similar code is looked for with: its last lines'.
+            like = _identifiers(query[_line_start_before(query, _SIMILAR_QUERY_LINES) :])
+            chunks, similarity = self._choose(path, query, len(head), like, sources)
+            if kept is not None and kept[0] != chunks and self._still_serve(kept[0], similarity, above, like):
+                chunks = kept[0]
             with self._lock:
                 self._answers[key] = chunks
                 while len(self._answers) > _CACHED_ANSWERS:
                     self._answers.popitem(last=False)
         with self._lock:
-            self._last[document] = chunks
+            self._last[document] = (chunks, frozenset(c.path for c in chunks))
             self._last.move_to_end(document)
             while len(self._last) > _CACHED_ANSWERS:
                 self._last.popitem(last=False)
         return chunks
 
-    def _still_serve(self, last: tuple[RetrievedChunk, ...], similarity: float, above: str, query: str) -> bool:
-        """Whether a document's last chunks still serve a new query (the module doc), against a
-        choice made for it now whose similar code scores similarity in all."""
+    def _still_serve(
+        self, last: tuple[RetrievedChunk, ...], similarity: float, above: str, like: frozenset[str]
+    ) -> bool:
+        """Whether a document's last chunks still serve a new query (the module doc): above the
+        text above the cursor's block, like the identifiers similar code is looked for with,
+        similarity what the similar code chosen for it now scores in all."""
         used = set(_names_nearest_first(above[_line_start_before(above, _KEPT_NAME_LINES) :])[0])
-        words = _identifiers(query[_line_start_before(query, _SIMILAR_QUERY_LINES) :])
         kept = 0.0
         for chunk in last:
             if chunk.why == DEFINITIONS:
@@ -288,17 +296,18 @@ class FolderRetrieval:
                     return False
                 continue
             windows = self._windows_of(chunk.path)
-            score = _similarity(windows, chunk.start // _WINDOW_STEP, words) if windows is not None else 0.0
+            score = _similarity(windows, chunk.start // _WINDOW_STEP, like) if windows is not None else 0.0
             if score < _KEPT_SIMILARITY * _MIN_SIMILARITY:
                 return False
             kept += score
         return kept * _BETTER_BY >= similarity
 
     def _choose(
-        self, path: Path | None, query: str, start: int, sources: Sequence[str]
+        self, path: Path | None, query: str, start: int, like: frozenset[str], sources: Sequence[str]
     ) -> tuple[tuple[RetrievedChunk, ...], float]:
         """The chunks for query (the file's import lines, then from start the lines above the
-        cursor's block), and the similarity of their similar code in all."""
+        cursor's block; like: the identifiers similar code is looked for with), and the
+        similarity of their similar code in all."""
         language = language_of(path.suffix) if path is not None else "other"
         imported, imported_symbols = imported_names(query, language)
         with self._lock:
@@ -341,7 +350,7 @@ class FolderRetrieval:
             candidates = (definers + nearest)[:_SIMILAR_FILES]
             if path is not None:
                 candidates += self._neighbours(path, set(candidates), _SEARCHED_FILES - len(candidates))
-            chunks[SIMILAR], similarity = self._similar(candidates, query, chunks[DEFINITIONS] if DEFINITIONS in sources else [])
+            chunks[SIMILAR], similarity = self._similar(candidates, like, chunks[DEFINITIONS] if DEFINITIONS in sources else [])
         return tuple(chunk for source in sources for chunk in chunks.get(source, ())), similarity
 
     def prepare(self, path: Path) -> None:
@@ -383,11 +392,10 @@ class FolderRetrieval:
         return out
 
     def _similar(
-        self, candidates: list[Path], above: str, chosen: list[RetrievedChunk]
+        self, candidates: list[Path], query: frozenset[str], chosen: list[RetrievedChunk]
     ) -> tuple[list[RetrievedChunk], float]:
-        """The windows of candidates most like the last lines of above, not overlapping chosen,
-        and their similarity in all."""
-        query = _identifiers(above[_line_start_before(above, _SIMILAR_QUERY_LINES) :])
+        """The windows of candidates whose identifiers are most like query's, not overlapping
+        chosen, and their similarity in all."""
         if not query:
             return [], 0.0
         scored: list[tuple[float, str, int, Path]] = []
