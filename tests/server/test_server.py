@@ -469,8 +469,9 @@ async def test_a_folder_over_its_memory_budget_keeps_its_bulk_on_disk(client: La
     await _start(client, workspace, {"indexMemoryMib": 16})
     status = await until_ready(client)
     [folder] = status["folders"]
-    index = folder["index"]
-    assert index["budget_bytes"] == 16 << 20 and index["memory_bytes"] <= index["budget_bytes"]
+    index, symbols = folder["index"], folder["symbols"]
+    assert index["budget_bytes"] + symbols["budget_bytes"] == 16 << 20 and index["memory_bytes"] <= index["budget_bytes"]
+    assert symbols["files"] == index["files"] and symbols["memory_bytes"] <= symbols["budget_bytes"]
     assert index["table_files"] == index["files"] == status["index"]["files"] and index["table_bytes"] > 0
     uri = _open(client, workspace / ORDERS)
     result = await _inline(client, uri, 17, 8)

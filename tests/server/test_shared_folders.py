@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 from lookahead_lsp.service.folder_host import FolderHost
@@ -93,18 +94,23 @@ def test_a_second_window_on_the_same_folder_joins_its_index(tmp_path: Path, host
     assert hosts[1].folders() == 0, "the last window out must stop the folder"
 
 
+def _budget(folder: dict[str, Any]) -> int:
+    """A folder's budget: its index's part and its symbol table's."""
+    return int(folder["index"]["budget_bytes"] + folder["symbols"]["budget_bytes"])
+
+
 def test_the_daemons_budget_is_shared_out_among_its_folders(tmp_path: Path, hosts: tuple[ModelHost[Computed], FolderHost]) -> None:
     one, two = _project(tmp_path / "one"), _project(tmp_path / "two")
     settings: dict[str, object] = {"indexMemoryMib": 64}
     first = _window(hosts, one, settings=settings)
     try:
-        assert [f["index"]["budget_bytes"] for f in first.status()["folders"]] == [64 * MIB]
+        assert [_budget(f) for f in first.status()["folders"]] == [64 * MIB]
         second = _window(hosts, two, settings=settings)
         try:
-            budgets = [f["index"]["budget_bytes"] for w in (first, second) for f in w.status()["folders"]]
+            budgets = [_budget(f) for w in (first, second) for f in w.status()["folders"]]
             assert budgets == [32 * MIB, 32 * MIB], "each folder took the whole budget"
         finally:
             second.shutdown()
-        assert [f["index"]["budget_bytes"] for f in first.status()["folders"]] == [64 * MIB]
+        assert [_budget(f) for f in first.status()["folders"]] == [64 * MIB]
     finally:
         first.shutdown()

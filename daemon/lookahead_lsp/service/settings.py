@@ -139,7 +139,7 @@ class Settings:
     )
     index_memory_mib: int | None = _setting(
         None,
-        "Memory for the workspace indexes of the daemon, in MiB, shared out among the folders it holds; a folder larger than its share keeps the rest in a file on disk, mapped. Empty: a sixteenth of this machine's memory, at most 512 MiB.",
+        "Memory for the workspace indexes of the daemon, in MiB, shared out among the folders it holds (an eighth of a folder's share for its symbol table, which completions take definitions from); a folder larger than its share keeps the rest in a file on disk, mapped. Empty: a sixteenth of this machine's memory, at most 512 MiB.",
         scope=MACHINE_OVERRIDABLE,
         minimum=16,
         maximum=1 << 20,

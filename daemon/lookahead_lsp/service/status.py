@@ -116,10 +116,15 @@ def workspace_status(roots: list[Path], statuses: list[FolderStatus], model_fail
 
 def _folder_status(root: Path, status: FolderStatus | None) -> dict[str, Any]:
     """A folder's root, static cache in use, how its watcher learns of changes (watching
-    events, or polling and why; stopped until it is indexed), and its index: state, files,
-    memory against the budget, and the folder table on disk (table_files 0: none)."""
+    events, or polling and why; stopped until it is indexed), its index: state, files,
+    memory against the budget, and the folder table on disk (table_files 0: none), and its
+    symbol table (retrieval's): files held, memory against its part of the folder's budget,
+    files left out at it."""
     if status is None:
-        return {"root": str(root), "static_cache": None, "watcher": {"mode": "stopped", "reason": ""}, "index": None}
+        return {
+            "root": str(root), "static_cache": None, "watcher": {"mode": "stopped", "reason": ""}, "index": None,
+            "symbols": None,
+        }  # fmt: skip
     index = status.index
     return {
         "root": str(root),
@@ -133,6 +138,12 @@ def _folder_status(root: Path, status: FolderStatus | None) -> dict[str, Any]:
             "budget_bytes": index.budget_bytes,
             "table_files": index.table_files,
             "table_bytes": index.table_bytes,
+        },
+        "symbols": {
+            "files": status.symbols.files,
+            "memory_bytes": status.symbols.memory_bytes,
+            "budget_bytes": status.symbols.budget_bytes,
+            "left_out": status.symbols.left_out,
         },
     }
 

@@ -34,10 +34,11 @@ from lookahead_lsp.base.static_cache import default_store, open_static_cache
 from lookahead_lsp.base.safe_reads import is_inside
 from lookahead_lsp.base.priority import lower_this_thread
 from lookahead_lsp.base.tokenizer import Tokenizer
-from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex
+from lookahead_lsp.workspace.index import IndexSettings, WorkspaceIndex, default_memory_budget
 from lookahead_lsp.workspace.index_stats import IndexProgress, IndexStatus
 from lookahead_lsp.workspace.retrieval import FolderRetrieval
 from lookahead_lsp.workspace.store import store_path_for
+from lookahead_lsp.workspace.symbol_table import SymbolTableStatus, table_budget
 from lookahead_lsp.workspace.watcher import EventKind, WatcherStatus, WorkspaceWatcher
 
 STATIC_CACHE_NAME = Path(".lookahead") / "static.cache"
@@ -53,7 +54,8 @@ class FolderSettings:
     """ignore: the user's ignore patterns; static_cache: the configured static cache file
     (None: .lookahead/static.cache in the folder); cache_dir: where the saved index goes (None: the
     default); debounce_s: how long the editor's changes collect before they are indexed;
-    memory_budget: the index's in-memory part, in bytes (0: the default)."""
+    memory_budget: the folder's memory, in bytes (0: the default): the symbol table's part
+    (symbol_table.table_budget), and the index's in-memory part the rest."""
 
     ignore: tuple[str, ...] = ()
     static_cache: Path | None = None
@@ -68,6 +70,7 @@ class FolderStatus:
 
     root: Path
     index: IndexStatus
+    symbols: SymbolTableStatus
     indexed: bool
     static_cache: Path | None
     watcher: WatcherStatus
@@ -95,11 +98,11 @@ class WorkspaceFolder:
             tokenizer.n_vocab,
             root=root,
             tokenizer_lock=tokenizer_lock,
-            settings=IndexSettings(ignore=settings.ignore, memory_budget=settings.memory_budget),
+            settings=IndexSettings(ignore=settings.ignore, memory_budget=_budgets(settings.memory_budget)[0]),
         )
         # Context for prompts from the folder's files on disk (retrieval.py): filled from the
         # index's files once it has indexed them, then kept current by its disk changes.
-        self.retrieval = FolderRetrieval(root)
+        self.retrieval = FolderRetrieval(root, memory_budget=_budgets(settings.memory_budget)[1])
         self._watcher: WorkspaceWatcher | None = None
         self._thread = threading.Thread(target=self._run, name=f"folder {root.name}", daemon=True)
         self._indexed = threading.Event()
@@ -160,8 +163,12 @@ class WorkspaceFolder:
             self._watcher.notify(path, kind)
 
     def set_memory_budget(self, budget: int) -> None:
-        """The index's new budget: met at the thread's next check, FOLD_CHECK_S at the latest."""
-        self.index.set_memory_budget(budget)
+        """The folder's new budget (the index's and the symbol table's): the index meets it at
+        the thread's next check, FOLD_CHECK_S at the latest; the table with the files that
+        change after it."""
+        index, symbols = _budgets(budget)
+        self.index.set_memory_budget(index)
+        self.retrieval.set_memory_budget(symbols)
 
     def set_static_cache(self, configured: Path | None) -> None:
         """The static cache setting changed: the static cache is reopened before its next
@@ -181,7 +188,9 @@ class WorkspaceFolder:
     def status(self) -> FolderStatus:
         watcher = self._watcher.status if self._watcher is not None else WatcherStatus("stopped")
         static = self._static_path if self._static is not None else None
-        return FolderStatus(self.root, self.index.status(), self._indexed.is_set(), static, watcher)
+        return FolderStatus(
+            self.root, self.index.status(), self.retrieval.status(), self._indexed.is_set(), static, watcher
+        )
 
     # -- the folder's thread -------------------------------------------------------------------
 
@@ -331,6 +340,12 @@ class WorkspaceFolder:
             self._client.show(logging.WARNING, f"lookahead-lsp: static cache not used: {error}")
             return
         self._static, self._static_path = opened.cache, path
+
+
+def _budgets(memory_budget: int) -> tuple[int, int]:
+    """A folder's memory budget (0: the default) as the index's part and the symbol table's."""
+    total = memory_budget or default_memory_budget()
+    return total - table_budget(total), table_budget(total)
 
 
 def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:

@@ -8,8 +8,9 @@ read again through workspace/files.read_source. Never an editor's unsaved text (
 a window, and a shared folder serves several), never another folder's file, never the file the
 request is for.
 
-The symbol table (symbols.py) maps each defined name to the files that define it and is kept
-current file by file (update / remove, from the index's changes); a file's lines and the
+The symbol table (symbol_table.py, from what symbols.py reads) maps each defined name to the
+files that define it, within its part of the folder's memory budget, and is kept current file
+by file (update / remove, from the index's changes); a file's lines and the
 identifiers of its windows are read when a request needs them and kept for a few files, and
 those of the files an open document's requests will search whatever the cursor (its
 neighbours, the files it imports) are read ahead by `prepare`, on the folder's thread, so that
@@ -43,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lookahead_lsp.workspace.files import DEFAULT_MAX_BYTES, Unindexable, read_source
+from lookahead_lsp.workspace.index import default_memory_budget
+from lookahead_lsp.workspace.symbol_table import SymbolTable, SymbolTableStatus, table_budget
 from lookahead_lsp.workspace.symbols import Definition, definitions, imported_names, language_of
 
 DEFINITIONS = "definitions"
@@ -123,12 +126,6 @@ class RetrievedChunk:
 
 
 @dataclass(frozen=True)
-class _FileSymbols:
-    definitions: tuple[Definition, ...]
-    imports: frozenset[str]
-
-
-@dataclass(frozen=True)
 class _FileLines:
     stamp: tuple[int, int]
     lines: tuple[str, ...]
@@ -148,17 +145,15 @@ class _FileWindows:
 
 
 class FolderRetrieval:
-    """The symbol table of one folder's files. Any thread may call any method."""
+    """Context from one folder's files (its symbol table within memory_budget bytes; 0: the
+    table's part of the default folder budget). Any thread may call any method."""
 
-    def __init__(self, root: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, root: Path, max_bytes: int = DEFAULT_MAX_BYTES, memory_budget: int = 0) -> None:
         self.root = root
         self._real_root = os.path.realpath(root)
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._files: dict[Path, _FileSymbols] = {}
-        self._definers: dict[str, list[tuple[Path, Definition]]] = {}
-        self._by_stem: dict[str, set[Path]] = {}
-        self._by_directory: dict[Path, list[Path]] = {}  # each sorted
+        self._table = SymbolTable(memory_budget or table_budget(default_memory_budget()))
         self._lines: OrderedDict[Path, _FileLines] = OrderedDict()
         self._windows: OrderedDict[Path, _FileWindows] = OrderedDict()
         self._answers: OrderedDict[tuple[Path, str, tuple[str, ...]], tuple[RetrievedChunk, ...]] = OrderedDict()
@@ -185,25 +180,30 @@ class FolderRetrieval:
             self.remove(path)
             return
         language = language_of(path.suffix)
-        found = _FileSymbols(tuple(definitions(text, language)), frozenset(imported_names(text, language)[0]))
+        found, imports = definitions(text, language), imported_names(text, language)[0]
         with self._lock:
-            self._forget(path)
-            self._files[path] = found
-            for definition in found.definitions:
-                self._definers.setdefault(definition.name, []).append((path, definition))
-            self._by_stem.setdefault(_stem(path), set()).add(path)
-            bisect.insort(self._by_directory.setdefault(path.parent, []), path)
+            self._table.drop(path)
+            self._table.put(path, found, imports)
             self._changed(path)
 
     def remove(self, path: Path) -> None:
         with self._lock:
-            self._forget(path)
+            self._table.drop(path)
             self._changed(path)
 
     @property
     def files(self) -> int:
         with self._lock:
-            return len(self._files)
+            return len(self._table)
+
+    def status(self) -> SymbolTableStatus:
+        with self._lock:
+            return self._table.status()
+
+    def set_memory_budget(self, budget: int) -> None:
+        """The table's new budget: files that change after it are held or left out by it."""
+        with self._lock:
+            self._table.budget_bytes = budget
 
     def _changed(self, path: Path) -> None:
         """Drops what path's old text was read into (the lock held): its lines and windows,
@@ -214,27 +214,6 @@ class FolderRetrieval:
         self._answers.clear()
         for key in [key for key, (_, held) in self._last.items() if path in held]:
             del self._last[key]
-
-    def _forget(self, path: Path) -> None:
-        old = self._files.pop(path, None)
-        if old is None:
-            return
-        for name in {definition.name for definition in old.definitions}:
-            kept = [entry for entry in self._definers.get(name, ()) if entry[0] != path]
-            if kept:
-                self._definers[name] = kept
-            else:
-                self._definers.pop(name, None)
-        stems = self._by_stem.get(_stem(path))
-        if stems is not None:
-            stems.discard(path)
-            if not stems:
-                del self._by_stem[_stem(path)]
-        listed = self._by_directory.get(path.parent)
-        if listed is not None:
-            listed.remove(path)
-            if not listed:
-                del self._by_directory[path.parent]
 
     def _read(self, path: Path) -> str | None:
         try:
@@ -311,9 +290,8 @@ class FolderRetrieval:
         language = language_of(path.suffix) if path is not None else "other"
         imported, imported_symbols = imported_names(query, language)
         with self._lock:
-            saved = self._files.get(path) if path is not None else None
-        own = {d.name for d in definitions(query[start:], language)}
-        own |= {d.name for d in saved.definitions} if saved is not None else set()
+            saved = self._table.defined_in(path)
+        own = {d.name for d in definitions(query[start:], language)} | saved
         nearby, attributes = _names_nearest_first(query[start:])
         # Names the file imports by name first, then the rest, each group nearest first.
         used = [n for n in nearby if n not in own and n not in _COMMON and len(n) > 2]
@@ -324,7 +302,7 @@ class FolderRetrieval:
             for name in names:
                 found = [
                     (holder, d)
-                    for holder, d in self._definers.get(name, ())
+                    for holder, d in self._table.definitions_of(name)
                     if holder != path and (d.top or name in attributes)
                 ]
                 holders = {holder for holder, _ in found}
@@ -358,8 +336,7 @@ class FolderRetrieval:
         the files it imports and of its neighbours (see _choose)."""
         path = Path(os.path.abspath(path))
         with self._lock:
-            saved = self._files.get(path)
-            imported = self._files_named(saved.imports if saved is not None else frozenset(), path)
+            imported = self._files_named(self._table.imports_of(path), path)
         nearest = _nearest_first(imported, path)[:_SIMILAR_FILES]
         for candidate in nearest + self._neighbours(path, imported, _SEARCHED_FILES):
             self._windows_of(candidate)
@@ -370,7 +347,7 @@ class FolderRetrieval:
         return {
             p
             for stem in stems
-            for p in _nearest_first(self._by_stem.get(stem, ()), path)[:_PER_STEM]
+            for p in _nearest_first(self._table.files_with_stem(stem), path)[:_PER_STEM]
             if p != path
         }
 
@@ -379,7 +356,7 @@ class FolderRetrieval:
         the listing first."""
         language = language_of(path.suffix)
         with self._lock:
-            listed = self._by_directory.get(path.parent, [])
+            listed = self._table.listed_beside(path)
             at = bisect.bisect_left(listed, path)
             before, after = reversed(listed[max(0, at - 2 * most) : at]), listed[at : at + 2 * most + 1]
             out: list[Path] = []
@@ -533,10 +510,6 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (status.st_mtime_ns, status.st_size)
-
-
-def _stem(path: Path) -> str:
-    return path.name.split(".", 1)[0]
 
 
 def _above_block(prefix: str) -> str:
