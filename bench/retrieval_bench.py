@@ -2,6 +2,8 @@
 from every file the index would hold, its memory, and the time one request's context takes,
 on a new line (nothing cached) and at the following keys of that line, and how often the chunks
 change as the user writes on, line after line (each change evaluates the whole prompt again).
+The table's memory is reported twice: the process's growth while it fills, and what the table
+counts against its budget (files past it are left out, and counted).
 
 The folder: --folder, default /usr/include (C and C++ headers; ~130 MB here), listed as the
 index lists a folder (workspace/files.list_source_files: .gitignore, generated and oversized
@@ -21,6 +23,7 @@ from __future__ import annotations
 # crash (SIGSEGV in llama_model_load_from_file); lookahead_lsp loads them first.
 import lookahead_lsp  # noqa: F401  # isort: skip
 import argparse
+import hashlib
 import json
 import random
 import resource
@@ -74,6 +77,8 @@ def measure(root: Path, files: list[Path], requests: int, seed: int, cold: bool)
     retrieval.rebuild(files)
     filled_s = time.perf_counter() - started
     rss_after = _rss_mb()
+    table = retrieval.status()
+    answers = hashlib.sha256()  # of every answer's chunks: two versions that choose alike agree
     rng = random.Random(seed)
     first, next_line, same_line, chunks, prepared = [], [], [], [], []
     changed = new_lines = 0
@@ -94,6 +99,7 @@ def measure(root: Path, files: list[Path], requests: int, seed: int, cold: bool)
         prefix += lines[at] + "\n"
         started = time.perf_counter()
         found = retrieval.retrieve(path, prefix)
+        answers.update(repr([(str(c.path), c.start, c.end, c.why) for c in found]).encode())
         next_line.append((time.perf_counter() - started) * 1e3)
         chunks.append(len(found))
         for typed in ("x", "x = ", "x = f("):
@@ -109,6 +115,8 @@ def measure(root: Path, files: list[Path], requests: int, seed: int, cold: bool)
             found = now
     return {
         "files": len(files), "mb": round(megabytes, 1), "fill_s": round(filled_s, 2), "table_rss_mb": round(rss_after - rss_before, 1),
+        "table_counted_mb": round(table.memory_bytes / 1e6, 1), "table_budget_mb": round(table.budget_bytes / 1e6, 1),
+        "table_files": table.files, "table_left_out": table.left_out, "answers_sha256": answers.hexdigest()[:16],
         "prepare_ms": _percentiles(prepared) if prepared else None, "first_in_file_ms": _percentiles(first), "next_line_ms": _percentiles(next_line), "same_line_ms": _percentiles(same_line),
         "chunks_mean": round(sum(chunks) / len(chunks), 2), "requests": len(first),
         "changed_on_new_lines_pct": round(100 * changed / max(1, new_lines), 1), "new_lines": new_lines,

@@ -5,8 +5,9 @@ Kept in columns, for the memory's sake: a large folder defines hundreds of thous
 (/usr/include: half a million definitions, 139,000 names), and an object per definition cost
 ~350 bytes each. A file's definitions are a tuple of names sorted (a definition found by
 bisection) beside arrays of their lines, snippet ends and whether each is at the top level; each
-name is one string, shared by every file that defines it; a name's files are one path or a
-tuple of them (only their number past MANY_DEFINERS). The table counts what it holds (an estimate from the objects' sizes) and, once
+name is one string, shared by every file that defines it; a name's files are one file's number
+or a tuple of them (only how many past MANY_DEFINERS): numbers, which the garbage collector
+does not walk, where paths made each of its full passes 55 ms on /usr/include. The table counts what it holds (an estimate from the objects' sizes) and, once
 at its budget, leaves further files out (`left_out`), so that no folder makes it grow without
 bound; a file left out gives no definitions until it changes and fits again.
 
@@ -49,6 +50,7 @@ class _FileSymbols:
     tops: bytes  # 1: at the file's top level
     imports: frozenset[str]
     cost: int  # bytes counted for the file's own objects
+    id: int  # what the names it defines hold for it
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,11 @@ class SymbolTable:
         self._memory = 0
         self._files: dict[Path, _FileSymbols] = {}
         self._names: dict[str, str] = {}  # each name's one string
-        # A name's file, its files, or how many files define it (_set_definers).
-        self._definers: dict[str, Path | tuple[Path, ...] | int] = {}
+        # A name's files by id, as _set_definers keeps them. Ids, not paths: a dict of numbers
+        # is nothing the garbage collector walks (one of 139,000 paths took it 55 ms a pass).
+        self._definers: dict[str, int | tuple[int, ...]] = {}
+        self._paths: list[Path | None] = []  # by id
+        self._free: list[int] = []  # ids of files dropped
         self._by_stem: dict[str, set[Path]] = {}
         self._by_directory: dict[Path, list[Path]] = {}  # each sorted
         self._left_out: set[Path] = set()
@@ -91,17 +96,23 @@ class SymbolTable:
             self._left_out.add(path)
             return False
         self._left_out.discard(path)
-        self._files[path] = _FileSymbols(names, lines, ends, tops, imported, cost)
+        if self._free:
+            ident = self._free.pop()
+            self._paths[ident] = path
+        else:
+            ident = len(self._paths)
+            self._paths.append(path)
+        self._files[path] = _FileSymbols(names, lines, ends, tops, imported, cost, ident)
         self._memory += cost + named
         for name in dict.fromkeys(names):
             held = self._definers.get(name)
             if held is None:
                 self._names[name] = name
-                self._definers[name] = path
-            elif isinstance(held, int):
-                self._definers[name] = held + 1
+                self._definers[name] = ident
+            elif isinstance(held, int) and held < 0:
+                self._definers[name] = held - 1
             else:
-                self._set_definers(name, held, [*_paths(held), path])
+                self._set_definers(name, held, [*_ids(held), ident])
         self._by_stem.setdefault(_stem(path), set()).add(path)
         bisect.insort(self._by_directory.setdefault(path.parent, []), path)
         return True
@@ -112,12 +123,14 @@ class SymbolTable:
         if old is None:
             return
         self._memory -= old.cost
+        self._paths[old.id] = None
+        self._free.append(old.id)
         for name in dict.fromkeys(old.names):
             held = self._definers[name]
-            if isinstance(held, int) and held > 1:
-                self._definers[name] = held - 1
+            if isinstance(held, int) and held < -1:
+                self._definers[name] = held + 1
             elif isinstance(held, tuple):
-                self._set_definers(name, held, [p for p in held if p != path])
+                self._set_definers(name, held, [i for i in held if i != old.id])
             else:
                 del self._definers[name]
                 del self._names[name]
@@ -133,23 +146,21 @@ class SymbolTable:
             if not listed:
                 del self._by_directory[path.parent]
 
-    def _set_definers(self, name: str, held: Path | tuple[Path, ...], paths: list[Path]) -> None:
-        """A name's files (held before): one path alone, a few as a tuple, more only counted."""
-        value: Path | tuple[Path, ...] | int
-        if len(paths) == 1:
-            value = paths[0]
-        elif len(paths) <= MANY_DEFINERS:
-            value = tuple(paths)
+    def _set_definers(self, name: str, held: int | tuple[int, ...], ids: list[int]) -> None:
+        """A name's files (held before) by id: one alone, a few as a tuple, more only counted
+        (as minus their number)."""
+        value: int | tuple[int, ...]
+        if len(ids) == 1:
+            value = ids[0]
+        elif len(ids) <= MANY_DEFINERS:
+            value = tuple(ids)
         else:
-            value = len(paths)
+            value = -len(ids)
         if isinstance(held, tuple):
             self._memory -= sys.getsizeof(held)
         if isinstance(value, tuple):
             self._memory += sys.getsizeof(value)
         self._definers[name] = value
-
-    def holds(self, path: Path | None) -> bool:
-        return path in self._files
 
     def defined_in(self, path: Path | None) -> frozenset[str]:
         held = self._files.get(path) if path is not None else None
@@ -163,7 +174,9 @@ class SymbolTable:
         """Where name is defined: each file's definitions of it, in line order; none for a name
         defined in more than MANY_DEFINERS files."""
         out: list[tuple[Path, Definition]] = []
-        for path in _paths(self._definers.get(name)):
+        for ident in _ids(self._definers.get(name)):
+            path = self._paths[ident]
+            assert path is not None
             held = self._files[path]
             at = bisect.bisect_left(held.names, name)
             while at < len(held.names) and held.names[at] == name:
@@ -180,8 +193,11 @@ class SymbolTable:
         return self._by_directory.get(path.parent, [])
 
 
-def _paths(held: Path | tuple[Path, ...] | int | None) -> Iterable[Path]:
-    return (held,) if isinstance(held, Path) else held if isinstance(held, tuple) else ()
+def _ids(held: int | tuple[int, ...] | None) -> tuple[int, ...]:
+    """The ids a name's entry holds: none for a name too common (or none)."""
+    if isinstance(held, tuple):
+        return held
+    return (held,) if held is not None and held >= 0 else ()
 
 
 def _stem(path: Path) -> str:
