@@ -1,15 +1,16 @@
 """The symbol table of one folder: the files that define each name, and what each file defines
 and imports (read by symbols.py), within a memory budget.
 
-Kept in columns, for the memory's sake: a large folder defines hundreds of thousands of names
-(/usr/include: half a million definitions, 139,000 names), and an object per definition cost
-~350 bytes each. A file's definitions are a tuple of names sorted (a definition found by
-bisection) beside arrays of their lines, snippet ends and whether each is at the top level; each
-name is one string, shared by every file that defines it; a name's files are one file's number
-or a tuple of them (only how many past MANY_DEFINERS): numbers, which the garbage collector
-does not walk, where paths made each of its full passes 55 ms on /usr/include. The table counts what it holds (an estimate from the objects' sizes) and, once
-at its budget, leaves further files out (`left_out`), so that no folder makes it grow without
-bound; a file left out gives no definitions until it changes and fits again.
+Kept in columns, for the memory's sake: a large folder defines hundreds of thousands of names,
+and an object per definition made the table several times larger (docs/benchmarks.md, "The
+symbol table in columns"). A file's definitions are a tuple of names sorted (a definition
+found by bisection) beside arrays of their lines, snippet ends and whether each is at the top
+level; each name is one string, shared by every file that defines it; a name's files are one
+file's number or a tuple of them (only how many past MANY_DEFINERS): numbers, which the garbage
+collector does not walk on each of its full passes, as it walked paths. The table counts what
+it holds (an estimate from the objects' sizes) and, once at its budget, leaves further files
+out (`left_out`), so that no folder makes it grow without bound; a file left out gives no
+definitions until it changes and fits again.
 
 Not thread-safe: its owner (retrieval.py) holds its lock around every call."""
 
@@ -31,7 +32,7 @@ _SHARE = 8
 _FILE_BYTES = 400
 _NAME_BYTES = 100
 # A name defined in more files than this (a macro every header of a platform defines) names
-# none of them usefully: only their number is kept, so no name costs more than this many paths,
+# none of them usefully: only their number is kept, so no name holds more than this many numbers,
 # and adding a file costs at most as much. Once past it, a name counts as that common until
 # all its files are gone (which of them stay is not known).
 MANY_DEFINERS = 16
@@ -67,8 +68,8 @@ class SymbolTable:
         self._memory = 0
         self._files: dict[Path, _FileSymbols] = {}
         self._names: dict[str, str] = {}  # each name's one string
-        # A name's files by id, as _set_definers keeps them. Ids, not paths: a dict of numbers
-        # is nothing the garbage collector walks (one of 139,000 paths took it 55 ms a pass).
+        # A name's files by id, as _set_definers keeps them: numbers, not paths, so that the
+        # garbage collector does not walk the table's largest dict at each full pass.
         self._definers: dict[str, int | tuple[int, ...]] = {}
         self._paths: list[Path | None] = []  # by id
         self._free: list[int] = []  # ids of files dropped
