@@ -1,7 +1,8 @@
 """The symbol table retrieval resolves names against (workspace/symbol_table.py): it answers
 where each name is defined as the files say, whatever the order files come and go in; it stays
 within its part of the folder's budget, leaving files out (and saying how many) rather than
-growing; a name most files define costs no more than a few; the daemon's status shows it."""
+growing, and the files beside the open documents are the ones it keeps; a name most files
+define costs no more than a few; the daemon's status shows it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 
 from lookahead_lsp.base.tokenizer import Tokenizer
 from lookahead_lsp.workspace.folder import FolderSettings, WorkspaceFolder
-from lookahead_lsp.workspace.symbol_table import MANY_DEFINERS, SymbolTable
+from lookahead_lsp.workspace.retrieval import DEFINITIONS
+from lookahead_lsp.workspace.symbol_table import MANY_DEFINERS, SymbolTable, table_budget
 from lookahead_lsp.workspace.symbols import Definition, definitions
 from support.recording_client import RecordingClient
 from support.waiting import wait_until
@@ -103,5 +105,33 @@ def test_a_folders_symbol_table_takes_its_part_of_the_folders_budget(tokenizer: 
         assert status.symbols.files == 1 and 0 < status.symbols.memory_bytes <= status.symbols.budget_bytes
         assert status.index.budget_bytes + status.symbols.budget_bytes == budget
         assert 0 < status.symbols.budget_bytes < status.index.budget_bytes
+    finally:
+        folder.stop(save=False)
+
+
+def test_a_full_table_keeps_the_files_beside_the_open_documents(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    (root / "aaa").mkdir(parents=True)
+    (root / "zzz").mkdir()
+    for k in range(12):  # first by name, far from the document
+        text = "".join(f"def far_{k}_{i}(value):\n    return value\n\n" for i in range(300))
+        (root / "aaa" / f"far_{k}.py").write_text(text)
+    near = "".join(f"def near_{i}(value):\n    return value\n\n" for i in range(300))
+    (root / "zzz" / "near.py").write_text(near + "def load_settings(path):\n    return path\n")
+    main = "from near import load_settings\n\n\ndef run(path):\n    settings = load_settings(path)\n"
+    (root / "zzz" / "main.py").write_text(main)
+    budget = 8 * 150_000  # the table: 150 KB, two files of 300 names and a little
+    folder = WorkspaceFolder(
+        root, tokenizer, threading.Lock(), tokenizer.fingerprint, RecordingClient(),
+        FolderSettings(cache_dir=tmp_path / "cache", debounce_s=0.05, memory_budget=budget),
+    )  # fmt: skip
+    folder.editor_text(root / "zzz" / "main.py", main)  # open before the folder is indexed
+    folder.start()
+    try:
+        wait_until(lambda: folder.status().indexed and folder.retrieval.files > 0, 60.0, 0.02)
+        symbols = folder.status().symbols
+        assert symbols.budget_bytes == table_budget(budget) and symbols.left_out > 0
+        chunks = folder.retrieval.retrieve(root / "zzz" / "main.py", main + "    value = ")
+        assert [(c.path.name, c.why) for c in chunks if c.name == "load_settings"] == [("near.py", DEFINITIONS)]
     finally:
         folder.stop(save=False)

@@ -161,9 +161,14 @@ class WorkspaceIndex:
         self._disk_listener = listener
 
     def indexed_paths(self) -> list[Path]:
-        """Every file the index holds, sorted."""
+        """Every file the index holds, those nearest the open documents first as a scan takes
+        them (what fills a budget first), by name otherwise."""
         with self._lock:
-            return sorted({*self._files.records, *self._files.spooled})
+            paths = sorted({*self._files.records, *self._files.spooled})
+            preferred = self._preferred + sorted(self._files.open)
+        if preferred:
+            paths.sort(key=lambda path: _nearness(path, preferred))
+        return paths
 
     @property
     def root(self) -> Path | None:
