@@ -165,9 +165,9 @@ class WorkspaceIndex:
         them (what fills a budget first), by name otherwise."""
         with self._lock:
             paths = sorted({*self._files.records, *self._files.spooled})
-            preferred = self._preferred + sorted(self._files.open)
-        if preferred:
-            paths.sort(key=lambda path: _nearness(path, preferred))
+            nearness = self._scan_order()
+        if nearness is not None:
+            paths.sort(key=nearness)
         return paths
 
     @property
@@ -353,6 +353,12 @@ class WorkspaceIndex:
         with self._lock:
             self._preferred = [_absolute(path) for path in paths]
 
+    def _scan_order(self) -> Callable[[Path], tuple[int, bool, str]] | None:
+        """The sort key of the order files are taken in (the lock held): nearest the open
+        documents (and those prefer named) first; None while there are none."""
+        preferred = self._preferred + sorted(self._files.open)
+        return (lambda path: _nearness(path, preferred)) if preferred else None
+
     # The bulk on disk
 
     def _open_table(self, store_path: Path, fingerprint: int, generation: int) -> FolderTable | None:
@@ -456,9 +462,9 @@ class WorkspaceIndex:
         stats.files = len(files)
         todo = self._plan(files, stats)
         with self._lock:
-            preferred = self._preferred + sorted(self._files.open)
-        if preferred:
-            todo.sort(key=lambda item: _nearness(item[0], preferred))
+            nearness = self._scan_order()
+        if nearness is not None:
+            todo.sort(key=lambda item: nearness(item[0]))
         tally = Tally(stats, todo, progress)
         try:
             if jobs > 1 and tally.bytes_total >= POOL_MIN_BYTES:
