@@ -94,15 +94,16 @@ class WorkspaceFolder:
         self._fingerprint = fingerprint
         self._client = client
         self._settings = settings
+        index_budget, symbols_budget = _budgets(settings.memory_budget)
         self.index = WorkspaceIndex(
             tokenizer.n_vocab,
             root=root,
             tokenizer_lock=tokenizer_lock,
-            settings=IndexSettings(ignore=settings.ignore, memory_budget=_budgets(settings.memory_budget)[0]),
+            settings=IndexSettings(ignore=settings.ignore, memory_budget=index_budget),
         )
         # Context for prompts from the folder's files on disk (retrieval.py): filled from the
         # index's files once it has indexed them, then kept current by its disk changes.
-        self.retrieval = FolderRetrieval(root, memory_budget=_budgets(settings.memory_budget)[1])
+        self.retrieval = FolderRetrieval(root, memory_budget=symbols_budget)
         self._watcher: WorkspaceWatcher | None = None
         self._thread = threading.Thread(target=self._run, name=f"folder {root.name}", daemon=True)
         self._indexed = threading.Event()
@@ -345,7 +346,8 @@ class WorkspaceFolder:
 def _budgets(memory_budget: int) -> tuple[int, int]:
     """A folder's memory budget (0: the default) as the index's part and the symbol table's."""
     total = memory_budget or default_memory_budget()
-    return total - table_budget(total), table_budget(total)
+    symbols = table_budget(total)
+    return total - symbols, symbols
 
 
 def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:
