@@ -143,5 +143,6 @@ void bind_folder_table(py::module_& m);
 void bind_drafting(py::module_& m);
 void bind_pass_interrupt(py::module_& m);
 void bind_vocabulary_texts(py::module_& m);
+void bind_text_windows(py::module_& m);
 
 }  // namespace lookup_ext

@@ -26,4 +26,5 @@ PYBIND11_MODULE(_lookup, m) {
     lookup_ext::bind_drafting(m);
     lookup_ext::bind_pass_interrupt(m);
     lookup_ext::bind_vocabulary_texts(m);
+    lookup_ext::bind_text_windows(m);
 }

@@ -37,12 +37,16 @@ import bisect
 import os
 import re
 import threading
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from itertools import zip_longest
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
+from lookahead_lsp._lookup import TextWindows, query_words
 from lookahead_lsp.workspace.files import DEFAULT_MAX_BYTES, Unindexable, read_source
 from lookahead_lsp.workspace.index import default_memory_budget
 from lookahead_lsp.workspace.symbol_table import SymbolTable, SymbolTableStatus, table_budget
@@ -64,8 +68,9 @@ _QUERY_LINES = 40
 _HEAD_LINES = 200
 # The similarity query: identifiers of this many lines above the cursor's.
 _SIMILAR_QUERY_LINES = 12
-_WINDOW_LINES = 12
+# A window is two blocks of _WINDOW_STEP lines (native/text_windows.h), one block apart from the next.
 _WINDOW_STEP = 6
+_WINDOW_LINES = 2 * _WINDOW_STEP
 _MIN_SIMILARITY = 0.15
 _MAX_DEFINITIONS = 6
 _MAX_SIMILAR = 3
@@ -95,11 +100,6 @@ _KEPT_SIMILARITY = 0.5
 _BETTER_BY = 1.25
 # A name defined in more files than this says little about which one is meant.
 _MAX_DEFINERS = 8
-# A text's words are what is left of it once every byte but ASCII letters, digits, `_` and the
-# newline is a space (its identifiers: those words that do not start with a digit):
-# bytes.translate runs in C, where a regex's findall per block of lines took most of a
-# request's time on a file seen first.
-_WORD_BYTES = bytes(c if c < 128 and (chr(c).isalnum() or c in b"_\n") else 32 for c in range(256))
 # Keywords and the builtins of the languages retrieval knows: names no file of a folder is the
 # definition of that matters.
 _COMMON = frozenset(
@@ -111,6 +111,8 @@ _COMMON = frozenset(
     "console require module exports Object Array String Number Promise Error JSON Math Date "
     "size_t uint8_t uint16_t uint32_t uint64_t int8_t int16_t int32_t int64_t bool NULL".split()
 )
+# The same words as the native windows know them (hashes).
+_COMMON_WORDS = query_words(" ".join(sorted(_COMMON)).encode(), np.zeros(0, np.uint64))
 
 
 @dataclass(frozen=True)
@@ -134,14 +136,12 @@ class _FileLines:
 @dataclass(frozen=True)
 class _FileWindows:
     """The windows of a file searched for similar code: window w is lines [w * _WINDOW_STEP,
-    + _WINDOW_LINES), blocks w and w + 1 of _WINDOW_STEP lines. Kept as the blocks each word
-    is in, so that every line is read once and a query costs what its words meet, not a set
-    operation per block of every file searched."""
+    + _WINDOW_LINES), blocks w and w + 1 of _WINDOW_STEP lines, each known by its words
+    (native: one pass over the text to build, one over its blocks to score a query)."""
 
     stamp: tuple[int, int]
     lines: tuple[str, ...]  # the file's (small: _SIMILAR_MAX_BYTES), for the chunks' text
-    blocks_of: dict[str, tuple[int, ...]]  # a word's blocks, ascending
-    sizes: tuple[int, ...]  # identifiers of each window
+    index: TextWindows
 
 
 class FolderRetrieval:
@@ -262,7 +262,7 @@ class FolderRetrieval:
         return chunks
 
     def _still_serve(
-        self, last: tuple[RetrievedChunk, ...], similarity: float, above: str, like: frozenset[str]
+        self, last: tuple[RetrievedChunk, ...], similarity: float, above: str, like: npt.NDArray[np.uint64]
     ) -> bool:
         """Whether a document's last chunks still serve a new query (the module doc): above the
         text above the cursor's block, like the identifiers similar code is looked for with,
@@ -282,7 +282,7 @@ class FolderRetrieval:
         return kept * _BETTER_BY >= similarity
 
     def _choose(
-        self, path: Path | None, query: str, start: int, like: frozenset[str], sources: Sequence[str]
+        self, path: Path | None, query: str, start: int, like: npt.NDArray[np.uint64], sources: Sequence[str]
     ) -> tuple[tuple[RetrievedChunk, ...], float]:
         """The chunks for query (the file's import lines, then from start the lines above the
         cursor's block; like: the identifiers similar code is looked for with), and the
@@ -369,11 +369,11 @@ class FolderRetrieval:
         return out
 
     def _similar(
-        self, candidates: list[Path], query: frozenset[str], chosen: list[RetrievedChunk]
+        self, candidates: list[Path], query: npt.NDArray[np.uint64], chosen: list[RetrievedChunk]
     ) -> tuple[list[RetrievedChunk], float]:
         """The windows of candidates whose identifiers are most like query's, not overlapping
         chosen, and their similarity in all."""
-        if not query:
+        if not len(query):
             return [], 0.0
         scored: list[tuple[float, str, int, Path]] = []
         searched: dict[Path, _FileWindows] = {}
@@ -382,22 +382,9 @@ class FolderRetrieval:
             if windows is None:
                 continue
             searched[candidate] = windows
-            # The query's words in each block, and in each block and the next (a window's words
-            # are its two blocks' union).
-            met: dict[int, int] = {}
-            met_twice: dict[int, int] = {}
-            for word in query:
-                blocks = windows.blocks_of.get(word, ())
-                for block in blocks:
-                    met[block] = met.get(block, 0) + 1
-                for block, after in zip(blocks, blocks[1:]):
-                    if after == block + 1:
-                        met_twice[block] = met_twice.get(block, 0) + 1
-            for window in {w for block in met for w in (block - 1, block) if 0 <= w < len(windows.sizes)}:
-                common = met.get(window, 0) + met.get(window + 1, 0) - met_twice.get(window, 0)
-                score = common / (len(query) + windows.sizes[window] - common)
-                if score >= _MIN_SIMILARITY:
-                    scored.append((-score, str(candidate), window, candidate))
+            scores = windows.index.similarities(query)
+            for window in np.flatnonzero(scores >= _MIN_SIMILARITY).tolist():
+                scored.append((-float(scores[window]), str(candidate), window, candidate))
         scored.sort()
         out: list[RetrievedChunk] = []
         similarity = 0.0
@@ -455,20 +442,10 @@ class FolderRetrieval:
             if found is None:
                 return None
             lines, text = tuple(found.split("\n")), found
-        words = _words(text).split("\n")
-        # Numbers stay among a block's words (leaving them out took a third of the time): the
-        # query has none, so they only count in a window's size.
-        blocks = tuple(
-            frozenset(" ".join(words[start : start + _WINDOW_STEP]).split()) - _COMMON
-            for start in range(0, len(words), _WINDOW_STEP)
-        ) + (frozenset(),)
-        blocks_of: defaultdict[str, list[int]] = defaultdict(list)
-        for index, block in enumerate(blocks):
-            for word in block:
-                blocks_of[word].append(index)
-        count = len(range(0, max(1, len(lines) - _WINDOW_STEP), _WINDOW_STEP))
-        sizes = tuple(len(blocks[w] | blocks[w + 1]) for w in range(count))
-        windows = _FileWindows(stamp, lines, {word: tuple(at) for word, at in blocks_of.items()}, sizes)
+        # Numbers stay among a block's words: the query has none, so they only count in a
+        # window's size.
+        index = TextWindows(text.encode("utf-8", "surrogatepass"), _WINDOW_STEP, _COMMON_WORDS)
+        windows = _FileWindows(stamp, lines, index)
         with self._lock:
             self._windows[path] = windows
             while len(self._windows) > _CACHED_WINDOWS:
@@ -476,16 +453,11 @@ class FolderRetrieval:
         return windows
 
 
-def _similarity(windows: _FileWindows, window: int, query: frozenset[str]) -> float:
+def _similarity(windows: _FileWindows, window: int, query: npt.NDArray[np.uint64]) -> float:
     """The Jaccard similarity of window's identifiers and query's (as _similar scores it)."""
-    if not query or window >= len(windows.sizes):
+    if window >= windows.index.windows:
         return 0.0
-    common = 0
-    for word in query:
-        blocks = windows.blocks_of.get(word, ())
-        if window in blocks or window + 1 in blocks:
-            common += 1
-    return common / (len(query) + windows.sizes[window] - common)
+    return float(windows.index.similarities(query)[window])
 
 
 def _alternate(a: Iterable[Path], b: Iterable[Path]) -> Iterable[Path]:
@@ -494,14 +466,9 @@ def _alternate(a: Iterable[Path], b: Iterable[Path]) -> Iterable[Path]:
         yield from (item for item in pair if item is not None)
 
 
-def _words(text: str) -> str:
-    """text with every character that is not part of an identifier a space (newlines kept)."""
-    return text.encode("utf-8", "surrogatepass").translate(_WORD_BYTES).decode("ascii")
-
-
-def _identifiers(text: str) -> frozenset[str]:
-    """The identifiers of text that are not keywords or builtins."""
-    return frozenset(word for word in _words(text).split() if not word[0].isdigit()) - _COMMON
+def _identifiers(text: str) -> npt.NDArray[np.uint64]:
+    """The identifiers of text that are not keywords or builtins (native hashes, sorted)."""
+    return query_words(text.encode("utf-8", "surrogatepass"), _COMMON_WORDS)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
