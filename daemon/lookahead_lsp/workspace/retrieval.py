@@ -79,8 +79,8 @@ _MAX_SIMILAR = 3
 _PER_STEM = 2
 _SIMILAR_FILES = 4
 _SEARCHED_FILES = 8
-# Larger files give definitions but are not searched for similar code: their windows, made
-# the first time a request meets them, are most of the slowest requests' time.
+# Larger files (bundles, generated tables) give definitions but are not searched for similar
+# code: their many windows outscore the module's own code more often than they help.
 _SIMILAR_MAX_BYTES = 64 * 1024
 # Files whose lines (up to the index's size cap each) and windows (of files up to
 # _SIMILAR_MAX_BYTES) are kept between requests: a request searches up to _SEARCHED_FILES
