@@ -9,6 +9,7 @@ namespace {
 
 constexpr uint64_t k_fnv_offset = 0xcbf29ce484222325ULL;
 constexpr uint64_t k_fnv_prime = 0x100000001b3ULL;
+constexpr size_t k_min_term = 3;
 
 bool is_word_byte(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
@@ -17,14 +18,14 @@ bool is_word_byte(unsigned char c) {
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
 // Sorts and dedups `found`, leaves out what `left_out` (sorted) holds, and appends the rest to out.
-void append_distinct(std::vector<WordHash>& found, const std::vector<WordHash>& left_out, std::vector<WordHash>& out) {
+void append_distinct(std::vector<TermHash>& found, const std::vector<TermHash>& left_out, std::vector<TermHash>& out) {
     std::sort(found.begin(), found.end());
     found.erase(std::unique(found.begin(), found.end()), found.end());
     std::set_difference(found.begin(), found.end(), left_out.begin(), left_out.end(), std::back_inserter(out));
     found.clear();
 }
 
-size_t common_count(const WordHash* a, const WordHash* a_end, const WordHash* b, const WordHash* b_end) {
+size_t common_count(const TermHash* a, const TermHash* a_end, const TermHash* b, const TermHash* b_end) {
     size_t common = 0;
     while (a != a_end && b != b_end) {
         if (*a < *b) {
@@ -38,96 +39,101 @@ size_t common_count(const WordHash* a, const WordHash* a_end, const WordHash* b,
     return common;
 }
 
-// Calls take(hash, first_byte, line) for each word of text, in order.
+bool is_upper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
+
+bool is_lower(unsigned char c) { return c >= 'a' && c <= 'z'; }
+
+// Calls take(hash, first_byte, line) for each term of text (text_windows.h), in order.
 template <typename Take>
-void each_word(std::string_view text, Take take) {
+void each_term(std::string_view text, Take take) {
     uint32_t line = 0;
-    size_t i = 0;
     const size_t n = text.size();
-    while (i < n) {
+    uint64_t hash = k_fnv_offset;
+    size_t length = 0;
+    unsigned char first = 0;
+    unsigned char previous = 0;
+    const auto end_term = [&]() {
+        if (length >= k_min_term) take(hash, first, line);
+        hash = k_fnv_offset;
+        length = 0;
+    };
+    for (size_t i = 0; i < n; ++i) {
         const auto c = static_cast<unsigned char>(text[i]);
+        if (!is_word_byte(c) || c == '_' || (is_upper(c) && is_lower(previous))) end_term();
+        previous = is_word_byte(c) ? c : 0;
         if (!is_word_byte(c)) {
             line += c == '\n';
-            ++i;
             continue;
         }
-        const size_t start = i;
-        uint64_t hash = k_fnv_offset;
-        while (i < n && is_word_byte(static_cast<unsigned char>(text[i]))) {
-            hash = (hash ^ static_cast<unsigned char>(text[i])) * k_fnv_prime;
-            ++i;
-        }
-        take(hash, static_cast<unsigned char>(text[start]), line);
+        if (c == '_') continue;
+        if (length == 0) first = c;
+        hash = (hash ^ static_cast<unsigned char>(is_upper(c) ? c - 'A' + 'a' : c)) * k_fnv_prime;
+        ++length;
     }
+    end_term();
 }
 
 }  // namespace
 
-WordHash word_hash(std::string_view word) {
-    uint64_t hash = k_fnv_offset;
-    for (const char c : word) hash = (hash ^ static_cast<unsigned char>(c)) * k_fnv_prime;
-    return hash;
-}
-
-std::vector<WordHash> query_words(std::string_view text, const std::vector<WordHash>& left_out) {
-    std::vector<WordHash> found;
-    each_word(text, [&](WordHash hash, unsigned char first, uint32_t) {
+std::vector<TermHash> query_terms(std::string_view text, const std::vector<TermHash>& left_out) {
+    std::vector<TermHash> found;
+    each_term(text, [&](TermHash hash, unsigned char first, uint32_t) {
         if (!is_digit(first)) found.push_back(hash);
     });
-    std::vector<WordHash> out;
+    std::vector<TermHash> out;
     append_distinct(found, left_out, out);
     return out;
 }
 
-TextWindows text_windows(std::string_view text, uint32_t block_lines, const std::vector<WordHash>& left_out) {
+TextWindows text_windows(std::string_view text, uint32_t block_lines, const std::vector<TermHash>& left_out) {
     const auto lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
     const size_t blocks = (lines + block_lines - 1) / block_lines;
     TextWindows out;
     out.starts.reserve(blocks + 1);
     out.starts.push_back(0);
-    std::vector<WordHash> found;
+    std::vector<TermHash> found;
     size_t block = 0;
-    each_word(text, [&](WordHash hash, unsigned char, uint32_t line) {
+    each_term(text, [&](TermHash hash, unsigned char, uint32_t line) {
         for (const size_t of_line = line / block_lines; block < of_line; ++block) {
-            append_distinct(found, left_out, out.words);
-            out.starts.push_back(static_cast<uint32_t>(out.words.size()));
+            append_distinct(found, left_out, out.terms);
+            out.starts.push_back(static_cast<uint32_t>(out.terms.size()));
         }
         found.push_back(hash);
     });
     for (; block < blocks; ++block) {
-        append_distinct(found, left_out, out.words);
-        out.starts.push_back(static_cast<uint32_t>(out.words.size()));
+        append_distinct(found, left_out, out.terms);
+        out.starts.push_back(static_cast<uint32_t>(out.terms.size()));
     }
     const size_t windows = lines > block_lines ? (lines - 1) / block_lines : 1;
     out.sizes.resize(windows);
-    const WordHash* words = out.words.data();
+    const TermHash* terms = out.terms.data();
     for (size_t w = 0; w < windows; ++w) {
-        const WordHash* a = words + out.starts[w];
-        const WordHash* a_end = words + out.starts[w + 1];
+        const TermHash* a = terms + out.starts[w];
+        const TermHash* a_end = terms + out.starts[w + 1];
         // Where the text has one block, its only window's second block is empty.
-        const WordHash* b_end = w + 1 < blocks ? words + out.starts[w + 2] : a_end;
-        const WordHash* b = a_end;
+        const TermHash* b_end = w + 1 < blocks ? terms + out.starts[w + 2] : a_end;
+        const TermHash* b = a_end;
         out.sizes[w] = static_cast<uint32_t>((a_end - a) + (b_end - b) - common_count(a, a_end, b, b_end));
     }
     return out;
 }
 
-void window_similarities(const TextWindows& windows, const WordHash* query, size_t query_size, double* out) {
+void window_similarities(const TextWindows& windows, const TermHash* query, size_t query_size, double* out) {
     const size_t blocks = windows.blocks();
     if (query_size == 0) {
         std::fill(out, out + windows.windows(), 0.0);
         return;
     }
-    // met[b]: the query's words in block b; twice[b]: those in blocks b and b + 1 both.
+    // met[b]: the query's terms in block b; twice[b]: those in blocks b and b + 1 both.
     std::vector<uint32_t> met(blocks + 1, 0);
     std::vector<uint32_t> twice(blocks + 1, 0);
     std::vector<uint32_t> last_block(query_size, UINT32_MAX);
-    const WordHash* words = windows.words.data();
-    const WordHash* query_end = query + query_size;
+    const TermHash* terms = windows.terms.data();
+    const TermHash* query_end = query + query_size;
     for (size_t b = 0; b < blocks; ++b) {
-        const WordHash* w = words + windows.starts[b];
-        const WordHash* w_end = words + windows.starts[b + 1];
-        const WordHash* q = query;
+        const TermHash* w = terms + windows.starts[b];
+        const TermHash* w_end = terms + windows.starts[b + 1];
+        const TermHash* q = query;
         while (w != w_end && q != query_end) {
             if (*w < *q) {
                 ++w;

@@ -269,18 +269,19 @@ def ids_by_text(bytes: bytes, offsets: npt.ArrayLike) -> npt.NDArray[np.int32]:
     """The ids of the tokens with a non-empty text (as token_pieces returns them), ordered by
     their bytes, ties by id. ValueError unless offsets ascend from 0 to len(bytes)."""
 
-def query_words(text: bytes, left_out: npt.ArrayLike) -> npt.NDArray[np.uint64]:
-    """The hashes of text's words (runs of ASCII letters, digits and `_`) that start with a
-    letter or `_` and are not in left_out (sorted hashes, as this returns them): sorted,
-    distinct. ValueError unless left_out is sorted and distinct."""
+def query_terms(text: bytes, left_out: npt.ArrayLike) -> npt.NDArray[np.uint64]:
+    """The hashes of text's terms (pieces of its identifiers, runs of ASCII letters, digits and
+    `_`, cut at `_` and where a lowercase letter meets an uppercase one, lowercased, of 3
+    characters or more) that start with a letter and are not in left_out (sorted hashes, as this
+    returns them): sorted, distinct. ValueError unless left_out is sorted and distinct."""
 
 class TextWindows:
-    """text's blocks of block_lines lines (split at `\\n`), each known by its distinct words not
+    """text's blocks of block_lines lines (split at `\n`), each known by its distinct terms not
     in left_out (sorted hashes); window w is blocks w and w + 1 (native/text_windows.h)."""
 
     def __init__(self, text: bytes, block_lines: int, left_out: npt.ArrayLike) -> None: ...
     @property
     def windows(self) -> int: ...
     def similarities(self, query: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        """Each window's Jaccard similarity to query (sorted, distinct hashes, as query_words
-        returns them): the words they share over the words of either."""
+        """Each window's Jaccard similarity to query (sorted, distinct hashes, as query_terms
+        returns them): the terms they share over the terms of either."""

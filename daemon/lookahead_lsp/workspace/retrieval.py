@@ -11,7 +11,7 @@ request is for.
 The symbol table (symbol_table.py, from what symbols.py reads) maps each defined name to the
 files that define it, within its part of the folder's memory budget, and is kept current file
 by file (update / remove, from the index's changes); a file's lines and the
-identifiers of its windows are read when a request needs them and kept for a few files, and
+terms of its windows are read when a request needs them and kept for a few files, and
 those of the files an open document's requests will search whatever the cursor (its
 neighbours, the files it imports) are read ahead by `prepare`, on the folder's thread, so that
 the first request in a file does not wait for them (the chunks are the same either way). The
@@ -28,7 +28,8 @@ Order: definitions of the names used nearest the cursor first (in files the curr
 imports, then nearest in the tree), then windows of those files, of the imported ones and of
 the file's neighbours in its folder's listing (same language, nearest name first: the module's
 other files, where the calls a line is about to make are made too) ranked by Jaccard
-similarity of their identifiers to the last lines above the cursor, skipping what overlaps a
+similarity of their identifiers' terms (native/text_windows.h: tick_init_highres is tick, init
+and highres) to those of the last lines above the cursor, skipping what overlaps a
 definition already chosen."""
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from lookahead_lsp._lookup import TextWindows, query_words
+from lookahead_lsp._lookup import TextWindows, query_terms
 from lookahead_lsp.workspace.files import DEFAULT_MAX_BYTES, Unindexable, read_source
 from lookahead_lsp.workspace.index import default_memory_budget
 from lookahead_lsp.workspace.symbol_table import SymbolTable, SymbolTableStatus, table_budget
@@ -66,12 +67,14 @@ _QUERY_BLOCK = 6
 _QUERY_LINES = 40
 # A file's imports are looked for in its first lines only (a request must not scan the file).
 _HEAD_LINES = 200
-# The similarity query: identifiers of this many lines above the cursor's.
+# The similarity query: the terms of this many lines above the cursor's.
 _SIMILAR_QUERY_LINES = 12
 # A window is two blocks of _WINDOW_STEP lines (native/text_windows.h), one block apart from the next.
 _WINDOW_STEP = 6
 _WINDOW_LINES = 2 * _WINDOW_STEP
-_MIN_SIMILARITY = 0.15
+# Terms make windows more alike than whole identifiers did (0.15 then): at 0.2 the chunks change
+# on no more new lines than before.
+_MIN_SIMILARITY = 0.2
 _MAX_DEFINITIONS = 6
 _MAX_SIMILAR = 3
 # Files an imported name may resolve to; files searched for similar code: those defining
@@ -111,8 +114,8 @@ _COMMON = frozenset(
     "console require module exports Object Array String Number Promise Error JSON Math Date "
     "size_t uint8_t uint16_t uint32_t uint64_t int8_t int16_t int32_t int64_t bool NULL".split()
 )
-# The same words as the native windows know them (hashes).
-_COMMON_WORDS = query_words(" ".join(sorted(_COMMON)).encode(), np.zeros(0, np.uint64))
+# Their terms, as the native windows know them (hashes): left out of windows and queries.
+_COMMON_TERMS = query_terms(" ".join(sorted(_COMMON)).encode(), np.zeros(0, np.uint64))
 
 
 @dataclass(frozen=True)
@@ -245,8 +248,8 @@ class FolderRetrieval:
                 self._answers.move_to_end(key)
             kept = self._last.get(document)
         if chunks is None:
-            # The identifiers similar code is looked for with: its last lines'.
-            like = _identifiers(query[_line_start_before(query, _SIMILAR_QUERY_LINES) :])
+            # The terms similar code is looked for with: its last lines'.
+            like = _terms(query[_line_start_before(query, _SIMILAR_QUERY_LINES) :])
             chunks, similarity = self._choose(path, query, len(head), like, sources)
             if kept is not None and kept[0] != chunks and self._still_serve(kept[0], similarity, above, like):
                 chunks = kept[0]
@@ -265,7 +268,7 @@ class FolderRetrieval:
         self, last: tuple[RetrievedChunk, ...], similarity: float, above: str, like: npt.NDArray[np.uint64]
     ) -> bool:
         """Whether a document's last chunks still serve a new query (the module doc): above the
-        text above the cursor's block, like the identifiers similar code is looked for with,
+        text above the cursor's block, like the terms similar code is looked for with,
         similarity what the similar code chosen for it now scores in all."""
         used = set(_names_nearest_first(above[_line_start_before(above, _KEPT_NAME_LINES) :])[0])
         kept = 0.0
@@ -285,7 +288,7 @@ class FolderRetrieval:
         self, path: Path | None, query: str, start: int, like: npt.NDArray[np.uint64], sources: Sequence[str]
     ) -> tuple[tuple[RetrievedChunk, ...], float]:
         """The chunks for query (the file's import lines, then from start the lines above the
-        cursor's block; like: the identifiers similar code is looked for with), and the
+        cursor's block; like: the terms similar code is looked for with), and the
         similarity of their similar code in all."""
         language = language_of(path.suffix) if path is not None else "other"
         imported, imported_symbols = imported_names(query, language)
@@ -371,7 +374,7 @@ class FolderRetrieval:
     def _similar(
         self, candidates: list[Path], query: npt.NDArray[np.uint64], chosen: list[RetrievedChunk]
     ) -> tuple[list[RetrievedChunk], float]:
-        """The windows of candidates whose identifiers are most like query's, not overlapping
+        """The windows of candidates whose terms are most like query's, not overlapping
         chosen, and their similarity in all."""
         if not len(query):
             return [], 0.0
@@ -444,7 +447,7 @@ class FolderRetrieval:
             lines, text = tuple(found.split("\n")), found
         # Numbers stay among a block's words: the query has none, so they only count in a
         # window's size.
-        index = TextWindows(text.encode("utf-8", "surrogatepass"), _WINDOW_STEP, _COMMON_WORDS)
+        index = TextWindows(text.encode("utf-8", "surrogatepass"), _WINDOW_STEP, _COMMON_TERMS)
         windows = _FileWindows(stamp, lines, index)
         with self._lock:
             self._windows[path] = windows
@@ -454,7 +457,7 @@ class FolderRetrieval:
 
 
 def _similarity(windows: _FileWindows, window: int, query: npt.NDArray[np.uint64]) -> float:
-    """The Jaccard similarity of window's identifiers and query's (as _similar scores it)."""
+    """The Jaccard similarity of window's terms and query's (as _similar scores it)."""
     if window >= windows.index.windows:
         return 0.0
     return float(windows.index.similarities(query)[window])
@@ -466,9 +469,10 @@ def _alternate(a: Iterable[Path], b: Iterable[Path]) -> Iterable[Path]:
         yield from (item for item in pair if item is not None)
 
 
-def _identifiers(text: str) -> npt.NDArray[np.uint64]:
-    """The identifiers of text that are not keywords or builtins (native hashes, sorted)."""
-    return query_words(text.encode("utf-8", "surrogatepass"), _COMMON_WORDS)
+def _terms(text: str) -> npt.NDArray[np.uint64]:
+    """The terms of text's identifiers (native/text_windows.h) but those of keywords and
+    builtins, as sorted hashes."""
+    return query_terms(text.encode("utf-8", "surrogatepass"), _COMMON_TERMS)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
