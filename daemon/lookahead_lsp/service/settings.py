@@ -123,7 +123,7 @@ class Settings:
     )
     context_sources: tuple[str, ...] = _setting(
         CONTEXT_SOURCES,
-        "Where the prompt's context from other files of the folder comes from, in this order: `definitions` (where the names used above the cursor are defined), `similar` (code like the lines above the cursor, in the files those come from, those the file imports and the files beside it), `recent` (around the last edits of other open documents). Empty: none.",
+        "Where the prompt's context from other files of the folder comes from, in this order: `definitions` (where the names used above the cursor are defined), `similar` (code like the lines above the cursor, matched on the pieces of their identifiers, in the files those come from, those the file imports and the files beside it), `recent` (around the last edits of other open documents). Empty: none.",
         check=_check_context_sources,
     )
     static_cache_path: str | None = _setting(
