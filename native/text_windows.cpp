@@ -11,11 +11,13 @@ constexpr uint64_t k_fnv_offset = 0xcbf29ce484222325ULL;
 constexpr uint64_t k_fnv_prime = 0x100000001b3ULL;
 constexpr size_t k_min_term = 3;
 
-bool is_word_byte(unsigned char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-}
+bool is_upper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
+
+bool is_lower(unsigned char c) { return c >= 'a' && c <= 'z'; }
 
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+bool is_identifier_byte(unsigned char c) { return is_lower(c) || is_upper(c) || is_digit(c) || c == '_'; }
 
 // Sorts and dedups `found`, leaves out what `left_out` (sorted) holds, and appends the rest to out.
 void append_distinct(std::vector<TermHash>& found, const std::vector<TermHash>& left_out, std::vector<TermHash>& out) {
@@ -39,10 +41,6 @@ size_t common_count(const TermHash* a, const TermHash* a_end, const TermHash* b,
     return common;
 }
 
-bool is_upper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
-
-bool is_lower(unsigned char c) { return c >= 'a' && c <= 'z'; }
-
 // Calls take(hash, first_byte, line) for each term of text (text_windows.h), in order.
 template <typename Take>
 void each_term(std::string_view text, Take take) {
@@ -59,9 +57,9 @@ void each_term(std::string_view text, Take take) {
     };
     for (size_t i = 0; i < n; ++i) {
         const auto c = static_cast<unsigned char>(text[i]);
-        if (!is_word_byte(c) || c == '_' || (is_upper(c) && is_lower(previous))) end_term();
-        previous = is_word_byte(c) ? c : 0;
-        if (!is_word_byte(c)) {
+        if (!is_identifier_byte(c) || c == '_' || (is_upper(c) && is_lower(previous))) end_term();
+        previous = is_identifier_byte(c) ? c : 0;
+        if (!is_identifier_byte(c)) {
             line += c == '\n';
             continue;
         }
