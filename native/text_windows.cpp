@@ -27,18 +27,19 @@ void append_distinct(std::vector<TermHash>& found, const std::vector<TermHash>& 
     found.clear();
 }
 
-size_t common_count(const TermHash* a, const TermHash* a_end, const TermHash* b, const TermHash* b_end) {
-    size_t common = 0;
+// Calls both(b_at) for each term of sorted a that sorted b holds too, b_at being where in b.
+template <typename Both>
+void each_shared(const TermHash* a, const TermHash* a_end, const TermHash* b, const TermHash* b_end, Both both) {
     while (a != a_end && b != b_end) {
         if (*a < *b) {
             ++a;
         } else if (*b < *a) {
             ++b;
         } else {
-            ++common, ++a, ++b;
+            both(b);
+            ++a, ++b;
         }
     }
-    return common;
 }
 
 // Calls take(hash, first_byte, line) for each term of text (text_windows.h), in order.
@@ -111,7 +112,9 @@ TextWindows text_windows(std::string_view text, uint32_t block_lines, const std:
         // Where the text has one block, its only window's second block is empty.
         const TermHash* b_end = w + 1 < blocks ? terms + out.starts[w + 2] : a_end;
         const TermHash* b = a_end;
-        out.sizes[w] = static_cast<uint32_t>((a_end - a) + (b_end - b) - common_count(a, a_end, b, b_end));
+        uint32_t shared = 0;
+        each_shared(a, a_end, b, b_end, [&](const TermHash*) { ++shared; });
+        out.sizes[w] = static_cast<uint32_t>((a_end - a) + (b_end - b) - shared);
     }
     return out;
 }
@@ -129,22 +132,12 @@ void window_similarities(const TextWindows& windows, const TermHash* query, size
     const TermHash* terms = windows.terms.data();
     const TermHash* query_end = query + query_size;
     for (size_t b = 0; b < blocks; ++b) {
-        const TermHash* w = terms + windows.starts[b];
-        const TermHash* w_end = terms + windows.starts[b + 1];
-        const TermHash* q = query;
-        while (w != w_end && q != query_end) {
-            if (*w < *q) {
-                ++w;
-            } else if (*q < *w) {
-                ++q;
-            } else {
-                const auto at = static_cast<size_t>(q - query);
-                ++met[b];
-                if (b > 0 && last_block[at] == b - 1) ++twice[b - 1];
-                last_block[at] = static_cast<uint32_t>(b);
-                ++w, ++q;
-            }
-        }
+        each_shared(terms + windows.starts[b], terms + windows.starts[b + 1], query, query_end, [&](const TermHash* q) {
+            const auto at = static_cast<size_t>(q - query);
+            ++met[b];
+            if (b > 0 && last_block[at] == b - 1) ++twice[b - 1];
+            last_block[at] = static_cast<uint32_t>(b);
+        });
     }
     for (size_t w = 0; w < windows.windows(); ++w) {
         const size_t common = met[w] + met[w + 1] - twice[w];
