@@ -445,7 +445,7 @@ class FolderRetrieval:
             if found is None:
                 return None
             lines, text = tuple(found.split("\n")), found
-        # Numbers stay among a block's words: the query has none, so they only count in a
+        # Numbers' terms stay among a block's: the query has none, so they only count in a
         # window's size.
         index = TextWindows(text.encode("utf-8", "surrogatepass"), _WINDOW_STEP, _COMMON_TERMS)
         windows = _FileWindows(stamp, lines, index)
